@@ -1,0 +1,222 @@
+"""Checkpoints in Hugging Face layout: the name mapping between our fused parameters and the
+classic Mixtral/Llama tensor names, and loading/saving a directory that transformers and
+`vllm serve` read as they are.
+
+A checkpoint directory holds `config.json`, `model.safetensors` (or `model-*.safetensors` shards
+with `model.safetensors.index.json`), `generation_config.json` and the tokenizer files.
+
+    from model.hf import load_model, save_checkpoint
+    model = load_model("~/.cache/composer/models/composer-mini")
+
+Our modules fuse what HF keeps apart (q/k/v into `qkv`, each expert's gate and up projection into
+`w13_EFD`); the mapping below is the only place that knows both spellings.
+
+Legend: E experts, F expert hidden width, D model width.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from model.config import ModelConfig
+
+if TYPE_CHECKING:
+    from model.transformer import Transformer
+
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory is missing, incomplete or inconsistent; the message names the file."""
+
+
+# ---- name mapping -------------------------------------------------------------------------------
+
+
+def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+    """Our parameters under Hugging Face names (Mixtral when E > 1, else Llama)."""
+    cfg = model.config
+    out: dict[str, torch.Tensor] = {"model.embed_tokens.weight": model.embed.weight}
+    q_rows, kv_rows = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    for i, layer in enumerate(model.layers):
+        p = f"model.layers.{i}."
+        q, k, v = layer.attn.qkv.weight.split([q_rows, kv_rows, kv_rows])
+        out[p + "input_layernorm.weight"] = layer.attn_norm.weight
+        out[p + "self_attn.q_proj.weight"] = q
+        out[p + "self_attn.k_proj.weight"] = k
+        out[p + "self_attn.v_proj.weight"] = v
+        out[p + "self_attn.o_proj.weight"] = layer.attn.o_proj.weight
+        out[p + "post_attention_layernorm.weight"] = layer.ffn_norm.weight
+        experts = layer.moe.experts
+        gate_EFD, up_EFD = experts.w13_EFD.chunk(2, dim=1)
+        if cfg.is_moe:
+            out[p + "block_sparse_moe.gate.weight"] = layer.moe.router.weight
+            for e in range(cfg.num_experts):
+                q_ = p + f"block_sparse_moe.experts.{e}."
+                out[q_ + "w1.weight"] = gate_EFD[e]
+                out[q_ + "w3.weight"] = up_EFD[e]
+                out[q_ + "w2.weight"] = experts.w2_EDF[e]
+        else:
+            out[p + "mlp.gate_proj.weight"] = gate_EFD[0]
+            out[p + "mlp.up_proj.weight"] = up_EFD[0]
+            out[p + "mlp.down_proj.weight"] = experts.w2_EDF[0]
+    out["model.norm.weight"] = model.norm.weight
+    if not cfg.tie_word_embeddings:
+        out["lm_head.weight"] = model.lm_head.weight
+    return {name: t.contiguous() for name, t in out.items()}
+
+
+def _take(tensors: dict[str, torch.Tensor], name: str, shape: tuple[int, ...], source: str) -> torch.Tensor:
+    if name not in tensors:
+        raise CheckpointError(f"{source}: tensor {name!r} is missing")
+    t = tensors.pop(name)
+    if tuple(t.shape) != shape:
+        raise CheckpointError(f"{source}: tensor {name!r} has shape {tuple(t.shape)}, config says {shape}")
+    return t
+
+
+def load_hf_state_dict(model: Transformer, tensors: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
+    """Copies HF-named tensors into `model`; errors name missing, misshapen and unexpected tensors."""
+    cfg = model.config
+    tensors = dict(tensors)
+    D, F, E = cfg.hidden_size, cfg.intermediate_size, cfg.num_experts
+    q_rows, kv_rows = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    with torch.no_grad():
+        model.embed.weight.copy_(_take(tensors, "model.embed_tokens.weight", (cfg.vocab_size, D), source))
+        for i, layer in enumerate(model.layers):
+            p = f"model.layers.{i}."
+            layer.attn_norm.weight.copy_(_take(tensors, p + "input_layernorm.weight", (D,), source))
+            qkv = [
+                _take(tensors, p + "self_attn.q_proj.weight", (q_rows, D), source),
+                _take(tensors, p + "self_attn.k_proj.weight", (kv_rows, D), source),
+                _take(tensors, p + "self_attn.v_proj.weight", (kv_rows, D), source),
+            ]
+            layer.attn.qkv.weight.copy_(torch.cat(qkv))
+            layer.attn.o_proj.weight.copy_(_take(tensors, p + "self_attn.o_proj.weight", (D, q_rows), source))
+            layer.ffn_norm.weight.copy_(_take(tensors, p + "post_attention_layernorm.weight", (D,), source))
+            experts = layer.moe.experts
+            if cfg.is_moe:
+                m = p + "block_sparse_moe."
+                layer.moe.router.weight.copy_(_take(tensors, m + "gate.weight", (E, D), source))
+                names = [(m + f"experts.{e}.w1.weight", m + f"experts.{e}.w3.weight",
+                          m + f"experts.{e}.w2.weight") for e in range(E)]
+            else:
+                names = [(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight", p + "mlp.down_proj.weight")]
+            for e, (w1, w3, w2) in enumerate(names):
+                experts.w13_EFD[e, :F].copy_(_take(tensors, w1, (F, D), source))
+                experts.w13_EFD[e, F:].copy_(_take(tensors, w3, (F, D), source))
+                experts.w2_EDF[e].copy_(_take(tensors, w2, (D, F), source))
+        model.norm.weight.copy_(_take(tensors, "model.norm.weight", (D,), source))
+        if not cfg.tie_word_embeddings:
+            model.lm_head.weight.copy_(_take(tensors, "lm_head.weight", (cfg.vocab_size, D), source))
+    tensors.pop("lm_head.weight", None)  # tied checkpoints may still carry a copy
+    leftovers = sorted(n for n in tensors if not re.search(r"rotary_emb\.inv_freq$", n))
+    if leftovers:
+        raise CheckpointError(f"{source}: unexpected tensors {leftovers[:5]} (and {max(0, len(leftovers) - 5)} more)")
+
+
+# ---- files --------------------------------------------------------------------------------------
+
+
+def safetensors_files(directory: Path) -> list[Path]:
+    index = directory / SAFETENSORS_INDEX
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise CheckpointError(f"{index}: not a valid safetensors index ({err})") from None
+        return [directory / name for name in sorted(set(weight_map.values()))]
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{directory}: no *.safetensors weights found")
+    return files
+
+
+def load_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of a checkpoint under their HF names (memory-mapped by safetensors)."""
+    directory = Path(directory).expanduser()
+    tensors: dict[str, torch.Tensor] = {}
+    for path in safetensors_files(directory):
+        if not path.is_file():
+            raise CheckpointError(f"{path}: listed in the index but missing")
+        try:
+            tensors.update(load_file(path))
+        except (SafetensorError, OSError) as err:
+            raise CheckpointError(f"{path}: cannot read safetensors ({err})") from None
+    return tensors
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def generation_config(config: ModelConfig, extra_stop_ids: list[int] | None = None) -> dict[str, Any]:
+    eos = [config.eos_token_id, *(extra_stop_ids or [])]
+    return {
+        "bos_token_id": config.bos_token_id,
+        "eos_token_id": eos if len(eos) > 1 else eos[0],
+        "pad_token_id": config.pad_token_id,
+        "do_sample": False,
+        "max_new_tokens": 1024,
+    }
+
+
+def save_checkpoint(
+    directory: str | Path,
+    config: ModelConfig,
+    state_dict: dict[str, torch.Tensor],
+    tokenizer: Any = None,
+    *,
+    dtype: torch.dtype = torch.float32,
+) -> Path:
+    """Writes an HF-layout checkpoint from HF-named tensors; each file lands atomically."""
+    directory = Path(directory).expanduser()
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {name: t.detach().to(dtype).contiguous() for name, t in state_dict.items()}
+    tmp = directory / "model.safetensors.tmp"
+    save_file(tensors, str(tmp), metadata={"format": "pt"})
+    os.replace(tmp, directory / "model.safetensors")
+    dtype_name = str(dtype).removeprefix("torch.")
+    _atomic_write_text(directory / "config.json", json.dumps(config.to_hf_dict(dtype_name), indent=2) + "\n")
+    extra = [i for i in getattr(tokenizer, "stop_token_ids", []) if i != config.eos_token_id]
+    _atomic_write_text(
+        directory / "generation_config.json", json.dumps(generation_config(config, extra), indent=2) + "\n"
+    )
+    if tokenizer is not None:
+        tokenizer.save(directory)
+    return directory
+
+
+def save_model(model: Transformer, directory: str | Path, tokenizer: Any = None, *, dtype: torch.dtype | None = None) -> Path:
+    return save_checkpoint(
+        directory, model.config, hf_state_dict(model), tokenizer, dtype=dtype or model.embed.weight.dtype
+    )
+
+
+def load_model(directory: str | Path, *, dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> Transformer:
+    """Builds the model a checkpoint describes and loads its weights (Mixtral or dense Llama)."""
+    from model.transformer import Transformer
+
+    directory = Path(directory).expanduser()
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: no such checkpoint directory")
+    config = ModelConfig.load(directory)
+    tensors = load_state_dict(directory)
+    if dtype is None:
+        dtype = next(iter(tensors.values())).dtype if tensors else torch.float32
+    with torch.device("meta"):
+        model = Transformer(config)
+    model = model.to_empty(device=device).to(dtype)
+    model.init_buffers()
+    load_hf_state_dict(model, tensors, source=str(directory))
+    return model.eval()

@@ -1,0 +1,126 @@
+"""The dense building blocks of the decoder: RMSNorm, rotary position embeddings, and
+grouped-query attention that reads and writes a preallocated KV cache.
+
+Legend: B batch rows, S new positions this call, T cached positions attended to, D model width,
+H query heads, K key/value heads, Dh head width.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model.config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32 like the reference implementation, then scale in the input dtype.
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class Rotary(nn.Module):
+    """Precomputed cos/sin tables (Llama's half-split layout) for every position up to the limit."""
+
+    def __init__(self, head_dim: int, max_positions: int, theta: float) -> None:
+        super().__init__()
+        self.head_dim, self.max_positions, self.theta = head_dim, max_positions, theta
+        self.register_buffer("cos", torch.empty(max_positions, head_dim), persistent=False)
+        self.register_buffer("sin", torch.empty(max_positions, head_dim), persistent=False)
+        self.init_buffers()
+
+    def init_buffers(self) -> None:
+        if self.cos.is_meta:
+            return
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
+        freqs = torch.outer(torch.arange(self.max_positions, dtype=torch.float32), inv_freq)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        self.cos.copy_(emb.cos())
+        self.sin.copy_(emb.sin())
+
+    def forward(self, positions_BS: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.cos[positions_BS].to(dtype), self.sin[positions_BS].to(dtype)
+
+
+def apply_rotary(x_BSHDh: torch.Tensor, cos_BSDh: torch.Tensor, sin_BSDh: torch.Tensor) -> torch.Tensor:
+    half = x_BSHDh.shape[-1] // 2
+    x1, x2 = x_BSHDh[..., :half], x_BSHDh[..., half:]
+    rotated = torch.cat([-x2, x1], dim=-1)
+    return x_BSHDh * cos_BSDh.unsqueeze(2) + rotated * sin_BSDh.unsqueeze(2)
+
+
+class KVCache:
+    """Preallocated keys and values for `rows` sequences of up to `max_len` positions.
+
+    Row b's positions [0, length_b) are valid; the caller tracks lengths and passes the absolute
+    position of every new token, so rows of different lengths decode together. Pages are touched
+    only as they fill (torch.empty), so a long `max_len` costs address space, not memory.
+    """
+
+    def __init__(self, config: ModelConfig, rows: int, max_len: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> None:
+        shape = (rows, config.num_kv_heads, max_len, config.head_dim)
+        self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
+        self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
+        self.rows, self.max_len = rows, max_len
+
+    def move_row(self, src: int, dst: int) -> None:
+        """Copies row `src` into row `dst` (compaction when a sequence leaves the batch)."""
+        for k, v in zip(self.k, self.v):
+            k[dst].copy_(k[src])
+            v[dst].copy_(v[src])
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+        q_rows = config.num_heads * config.head_dim
+        kv_rows = config.num_kv_heads * config.head_dim
+        self.qkv = nn.Linear(config.hidden_size, q_rows + 2 * kv_rows, bias=False)
+        self.o_proj = nn.Linear(q_rows, config.hidden_size, bias=False)
+        self.split = [q_rows, kv_rows, kv_rows]
+
+    def forward(
+        self,
+        x_BSD: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+        positions_BS: torch.Tensor | None = None,
+        attend_len: int = 0,
+    ) -> torch.Tensor:
+        """Without a cache: causal attention over x. With one: writes the new keys/values at
+        `positions_BS` and attends to the first `attend_len` cached positions, each query seeing
+        only positions up to its own."""
+        B, S, _ = x_BSD.shape
+        q, k, v = self.qkv(x_BSD).split(self.split, dim=-1)
+        q = apply_rotary(q.view(B, S, self.num_heads, self.head_dim), *rope)
+        k = apply_rotary(k.view(B, S, self.num_kv_heads, self.head_dim), *rope)
+        v = v.view(B, S, self.num_kv_heads, self.head_dim)
+        q_BHSDh = q.transpose(1, 2)
+        if cache is None:
+            out = F.scaled_dot_product_attention(
+                q_BHSDh, k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=True
+            )
+        else:
+            assert positions_BS is not None
+            cache_k, cache_v = cache
+            rows = torch.arange(B, device=x_BSD.device).unsqueeze(1).expand(B, S)
+            # Advanced indices around a slice put (B, S) first: the value is (B, S, K, Dh).
+            cache_k[rows, :, positions_BS] = k
+            cache_v[rows, :, positions_BS] = v
+            keys = cache_k[:B, :, :attend_len]
+            values = cache_v[:B, :, :attend_len]
+            key_pos = torch.arange(attend_len, device=x_BSD.device)
+            mask_BST = key_pos.view(1, 1, -1) <= positions_BS.unsqueeze(-1)
+            out = F.scaled_dot_product_attention(
+                q_BHSDh, keys, values, attn_mask=mask_BST.unsqueeze(1), enable_gqa=True
+            )
+        return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))
