@@ -71,11 +71,12 @@ class KVCache:
         self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
         self.rows, self.max_len = rows, max_len
 
-    def move_row(self, src: int, dst: int) -> None:
-        """Copies row `src` into row `dst` (compaction when a sequence leaves the batch)."""
+    def move_row(self, src: int, dst: int, length: int) -> None:
+        """Copies the first `length` positions of row `src` into row `dst` (compaction when a
+        sequence leaves the batch)."""
         for k, v in zip(self.k, self.v):
-            k[dst].copy_(k[src])
-            v[dst].copy_(v[src])
+            k[dst, :, :length].copy_(k[src, :, :length])
+            v[dst, :, :length].copy_(v[src, :, :length])
 
 
 class Attention(nn.Module):
@@ -92,13 +93,14 @@ class Attention(nn.Module):
         self,
         x_BSD: torch.Tensor,
         rope: tuple[torch.Tensor, torch.Tensor],
-        cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None,
         positions_BS: torch.Tensor | None = None,
         attend_len: int = 0,
     ) -> torch.Tensor:
-        """Without a cache: causal attention over x. With one: writes the new keys/values at
-        `positions_BS` and attends to the first `attend_len` cached positions, each query seeing
-        only positions up to its own."""
+        """Without a cache: causal attention over x. With one, (keys, values, write_at_BS) for
+        this call's rows: writes the new keys/values at `write_at_BS` (default `positions_BS`)
+        and attends to the first `attend_len` cached positions, each query seeing only
+        positions up to its own. Redirecting a write past `attend_len` discards it (padding)."""
         B, S, _ = x_BSD.shape
         q, k, v = self.qkv(x_BSD).split(self.split, dim=-1)
         q = apply_rotary(q.view(B, S, self.num_heads, self.head_dim), *rope)
@@ -111,13 +113,14 @@ class Attention(nn.Module):
             )
         else:
             assert positions_BS is not None
-            cache_k, cache_v = cache
+            cache_k, cache_v, write_at_BS = cache
+            slots_BS = positions_BS if write_at_BS is None else write_at_BS
             rows = torch.arange(B, device=x_BSD.device).unsqueeze(1).expand(B, S)
             # Advanced indices around a slice put (B, S) first: the value is (B, S, K, Dh).
-            cache_k[rows, :, positions_BS] = k
-            cache_v[rows, :, positions_BS] = v
-            keys = cache_k[:B, :, :attend_len]
-            values = cache_v[:B, :, :attend_len]
+            cache_k[rows, :, slots_BS] = k
+            cache_v[rows, :, slots_BS] = v
+            keys = cache_k[:, :, :attend_len]
+            values = cache_v[:, :, :attend_len]
             key_pos = torch.arange(attend_len, device=x_BSD.device)
             mask_BST = key_pos.view(1, 1, -1) <= positions_BS.unsqueeze(-1)
             out = F.scaled_dot_product_attention(

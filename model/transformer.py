@@ -81,11 +81,14 @@ class Transformer(nn.Module):
         input_ids_BS: torch.Tensor,
         positions_BS: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        rows: slice | None = None,
         attend_len: int = 0,
+        write_at_BS: torch.Tensor | None = None,
         logits_at: torch.Tensor | None = None,
         return_routing: bool = False,
     ) -> ForwardOutput:
-        """`cache` with `positions_BS` and `attend_len`: incremental decoding (see Attention).
+        """`cache` with `positions_BS` and `attend_len`: incremental decoding into the cache rows
+        `rows` (default the first B); `write_at_BS` redirects cache writes (see Attention).
         `logits_at` (B, P): compute the head only at these positions of each row; the head is
         the largest matmul per token, so prefill asks for the last position alone."""
         B, S = input_ids_BS.shape
@@ -98,7 +101,10 @@ class Transformer(nn.Module):
         rope = self.rotary(positions_BS, x_BSD.dtype)
         routing = []
         for i, layer in enumerate(self.layers):
-            layer_cache = (cache.k[i], cache.v[i]) if cache is not None else None
+            layer_cache = None
+            if cache is not None:
+                rows = rows or slice(0, B)
+                layer_cache = (cache.k[i][rows], cache.v[i][rows], write_at_BS)
             x_BSD, experts_BSk = layer(x_BSD, rope, layer_cache, positions_BS, attend_len)
             routing.append(experts_BSk)
         if logits_at is not None:

@@ -46,10 +46,10 @@ def test_kv_cache_decoding_equals_full_recomputation():
     with torch.no_grad():
         full = model(ids).logits
         cache = KVCache(model.config, rows=3, max_len=64, dtype=torch.float32)
-        steps = [model(ids[:, :9], torch.arange(9).expand(3, 9), cache, 9).logits]
+        steps = [model(ids[:, :9], torch.arange(9).expand(3, 9), cache, attend_len=9).logits]
         for t in range(9, 24, 5):  # chunks of several positions, as speculative verification feeds
             n = min(5, 24 - t)
-            steps.append(model(ids[:, t : t + n], torch.arange(t, t + n).expand(3, n), cache, t + n).logits)
+            steps.append(model(ids[:, t : t + n], torch.arange(t, t + n).expand(3, n), cache, attend_len=t + n).logits)
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 
@@ -63,8 +63,8 @@ def test_rows_of_different_lengths_decode_together():
         # Row 1 is padded at the end: its padding sits beyond its length and is never attended to.
         ids = torch.cat([a[:, :10], torch.cat([b[:, :5], pad], 1)])
         pos = torch.stack([torch.arange(10), torch.cat([torch.arange(5), torch.arange(5, 10)])])
-        model(ids, pos, cache, 10)
-        step = model(torch.stack([a[0, 10:], b[0, 5:]]), torch.tensor([[10], [5]]), cache, 11).logits
+        model(ids, pos, cache, attend_len=10)
+        step = model(torch.stack([a[0, 10:], b[0, 5:]]), torch.tensor([[10], [5]]), cache, attend_len=11).logits
         torch.testing.assert_close(step[0, -1], model(a).logits[0, -1], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(step[1, -1], model(b).logits[0, -1], atol=1e-5, rtol=1e-5)
 
@@ -105,7 +105,7 @@ def test_bad_checkpoints_name_the_file_and_field(tmp_path):
         load_model(tmp_path)
     model.config.save(tmp_path)
     (tmp_path / "model.safetensors").write_bytes(b"\x00garbage")
-    with pytest.raises(CheckpointError, match="model.safetensors"):
+    with pytest.raises(CheckpointError, match=r"model\.safetensors"):
         load_model(tmp_path)
 
 

@@ -1,0 +1,300 @@
+"""The inference engine: continuous batching over a preallocated KV cache, greedy and sampled
+decoding, streaming, stop sequences, logprobs, routed-expert records, and exact prompt-lookup
+speculative decoding.
+
+One worker thread owns the model. Requests queue up; each step admits waiting requests into free
+cache rows (prefill), then decodes every active row together, verifying each row's draft tokens
+in the same forward pass. Finished rows leave at once and a waiting request takes their place.
+
+    engine = Engine.from_pretrained()                    # composer-mini, built on first use
+    [out] = engine.generate([engine.tokenizer.encode_chat(messages)], SamplingParams(max_tokens=64))
+    async for event in engine.stream(prompt_ids, params): print(event.text, end="")
+
+Legend: B active rows, S positions fed per row this step, V vocab, L layers, k experts per token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from model.hf import load_model
+from model.layers import KVCache
+from model.sampling import SamplingParams
+from model.sequence import Completion, Sequence, StreamEvent
+from model.speculative import propose
+from model.transformer import Transformer
+
+PREFILL_CHUNK = 2048
+
+
+class ContextLengthError(ValueError):
+    """The prompt does not fit in the context window."""
+
+
+@dataclass
+class _Pending:
+    seq: Sequence
+    on_event: Callable[[StreamEvent], None]
+    on_done: Callable[[Completion | BaseException], None]
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+class Engine:
+    def __init__(self, model: Transformer, tokenizer, *, max_batch: int = 8, max_seq_len: int | None = None) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.config = model.config
+        self.max_batch = max_batch
+        self.max_seq_len = min(max_seq_len or self.config.max_position_embeddings, self.config.max_position_embeddings)
+        self.dtype = model.embed.weight.dtype
+        self.device = model.embed.weight.device
+        # One extra position: draft padding of short rows is written there and never attended to.
+        self.cache = KVCache(self.config, max_batch, self.max_seq_len + 1, self.dtype, self.device)
+        self._active: list[_Pending] = []
+        self._queue: queue.Queue[_Pending] = queue.Queue()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        atexit.register(self.close)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path | None = None, *, dtype: torch.dtype | None = None, **kwargs) -> Engine:
+        """Loads a checkpoint directory (default: composer-mini, built on first use)."""
+        from model.home import ensure_default_model
+        from model.tokenizer import Tokenizer
+
+        path = Path(path).expanduser() if path is not None else ensure_default_model()
+        return cls(load_model(path, dtype=dtype), Tokenizer.from_dir(path), **kwargs)
+
+    # ---- public API -----------------------------------------------------------------------------
+
+    def submit(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        on_event: Callable[[StreamEvent], None] = lambda _: None,
+        on_done: Callable[[Completion | BaseException], None] = lambda _: None,
+    ) -> Callable[[], None]:
+        """Queues a request; callbacks run on the worker thread. Returns a cancel function."""
+        seq = self._new_sequence(prompt_ids, params)
+        pending = _Pending(seq, on_event, on_done)
+        self._queue.put(pending)
+        self._ensure_worker()
+        self._wake.set()
+        return pending.cancelled.set
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[Completion]:
+        """Runs the prompts as one batch (and alongside any other requests) to completion."""
+        all_params = params if isinstance(params, list) else [params] * len(prompts)
+        if len(all_params) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(all_params)} sampling params")
+        results: list[Completion | BaseException | None] = [None] * len(prompts)
+        done = threading.Semaphore(0)
+
+        def finisher(i: int):
+            def on_done(result):
+                results[i] = result
+                done.release()
+            return on_done
+
+        seqs = [self._new_sequence(p, sp) for p, sp in zip(prompts, all_params)]  # validate all first
+        for i, seq in enumerate(seqs):
+            self._queue.put(_Pending(seq, lambda _: None, finisher(i)))
+        self._ensure_worker()
+        self._wake.set()
+        for _ in prompts:
+            done.acquire()
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return results  # type: ignore[return-value]
+
+    async def stream(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[StreamEvent]:
+        """Yields one event per decoding step (one or more tokens); the last has `finished` set.
+        Closing the iterator early cancels the request."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+        cancel = self.submit(
+            prompt_ids,
+            params,
+            on_event=lambda e: loop.call_soon_threadsafe(events.put_nowait, e),
+            on_done=lambda r: loop.call_soon_threadsafe(events.put_nowait, r),
+        )
+        try:
+            while True:
+                item = await events.get()
+                if isinstance(item, BaseException):
+                    raise item
+                if isinstance(item, Completion):
+                    return
+                yield item
+        finally:
+            cancel()
+
+    def close(self) -> None:
+        """Stops the worker thread once the running requests finish; later requests restart it."""
+        self._closed = True
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self._closed = False
+
+    # ---- requests -------------------------------------------------------------------------------
+
+    def _new_sequence(self, prompt_ids: list[int], params: SamplingParams) -> Sequence:
+        if not prompt_ids:
+            raise ValueError("the prompt is empty")
+        vocab = self.config.vocab_size
+        if min(prompt_ids) < 0 or max(prompt_ids) >= vocab:
+            raise ValueError(f"prompt token ids must be in [0, {vocab}), got {min(prompt_ids)}..{max(prompt_ids)}")
+        if len(prompt_ids) >= self.max_seq_len:
+            raise ContextLengthError(
+                f"the prompt has {len(prompt_ids)} tokens; the context holds {self.max_seq_len} "
+                "(prompt and completion together)"
+            )
+        stop_ids = params.stop_token_ids
+        if stop_ids is None:
+            stop_ids = [] if params.ignore_eos else list(self.tokenizer.stop_token_ids)
+        return Sequence(list(prompt_ids), params, stop_ids, self.tokenizer, self.max_seq_len)
+
+    # ---- worker ---------------------------------------------------------------------------------
+
+    def _ensure_worker(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="composer-engine", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        torch.set_grad_enabled(False)
+        while True:
+            if not self._active and self._queue.empty():
+                if self._closed:
+                    return
+                self._wake.wait(timeout=1.0)
+                self._wake.clear()
+                continue
+            try:
+                with torch.inference_mode():
+                    self._admit()
+                    self._drop_cancelled()
+                    if self._active:
+                        self._decode_step()
+            except Exception as err:  # a bug or out-of-memory: fail these requests, keep serving
+                for pending in self._active:
+                    pending.on_done(err)
+                self._active.clear()
+
+    def _admit(self) -> None:
+        while len(self._active) < self.max_batch:
+            try:
+                pending = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if pending.cancelled.is_set():
+                pending.on_done(pending.seq.finish("cancelled"))
+                continue
+            row = len(self._active)
+            self._active.append(pending)
+            try:
+                self._prefill(row, pending.seq)
+            except Exception as err:
+                self._active.pop()
+                pending.on_done(err)
+                continue
+            self._after_step(pending)
+
+    def _prefill(self, row: int, seq: Sequence) -> None:
+        started = time.perf_counter()
+        ids = torch.tensor(seq.prompt_ids, device=self.device)
+        n = len(ids)
+        for start in range(0, n, PREFILL_CHUNK):
+            end = min(n, start + PREFILL_CHUNK)
+            out = self.model(
+                ids[start:end].unsqueeze(0),
+                positions_BS=torch.arange(start, end, device=self.device).unsqueeze(0),
+                cache=self.cache,
+                rows=slice(row, row + 1),
+                attend_len=end,
+                logits_at=torch.tensor([[end - start - 1]], device=self.device),
+                return_routing=seq.params.return_routing,
+            )
+            if out.routing_BSLk is not None:
+                seq.record_routing(out.routing_BSLk[0])
+        seq.length = n
+        seq.prefill_seconds = time.perf_counter() - started
+        seq.accept(out.logits[0, -1:], drafts=[])
+
+    def _decode_step(self) -> None:
+        seqs = [p.seq for p in self._active]
+        drafts = [self._draft(seq) for seq in seqs]
+        S = 1 + max(len(d) for d in drafts)
+        B = len(seqs)
+        ids = torch.zeros(B, S, dtype=torch.long)
+        positions = torch.zeros(B, S, dtype=torch.long)
+        write_at = torch.full((B, S), self.max_seq_len, dtype=torch.long)  # padding -> spare slot
+        for b, (seq, draft) in enumerate(zip(seqs, drafts)):
+            fed = [seq.last_token, *draft]
+            ids[b, : len(fed)] = torch.tensor(fed)
+            positions[b] = (seq.length + torch.arange(S)).clamp(max=self.max_seq_len - 1)
+            write_at[b, : len(fed)] = positions[b, : len(fed)]
+        attend_len = max(seq.length + 1 + len(d) for seq, d in zip(seqs, drafts))
+        out = self.model(
+            ids.to(self.device),
+            positions_BS=positions.to(self.device),
+            cache=self.cache,
+            rows=slice(0, B),
+            attend_len=attend_len,
+            write_at_BS=write_at.to(self.device) if S > 1 else None,
+            return_routing=any(seq.params.return_routing for seq in seqs),
+        )
+        logits = out.logits.float().cpu()
+        for b, (pending, draft) in enumerate(zip(list(self._active), drafts)):
+            fed = pending.seq.accept(logits[b], drafts=draft)
+            if out.routing_BSLk is not None and pending.seq.params.return_routing:
+                pending.seq.record_routing(out.routing_BSLk[b, :fed])
+            pending.seq.length += fed
+        for pending in list(self._active):
+            self._after_step(pending)
+
+    def _draft(self, seq: Sequence) -> list[int]:
+        if not seq.params.use_speculation:
+            return []
+        room = min(seq.params.num_speculative_tokens, seq.tokens_left - 1, self.max_seq_len - seq.length - 1)
+        return propose(np.asarray(seq.all_ids), room) if room > 0 else []
+
+    def _after_step(self, pending: _Pending) -> None:
+        seq = pending.seq
+        event = seq.take_event()
+        if event is not None:
+            pending.on_event(event)
+        if seq.finish_reason is not None:
+            self._release(pending)
+            pending.on_done(seq.completion())
+
+    def _drop_cancelled(self) -> None:
+        for pending in list(self._active):
+            if pending.cancelled.is_set():
+                pending.seq.finish("cancelled")
+                self._after_step(pending)
+
+    def _release(self, pending: _Pending) -> None:
+        """Removes a finished row, moving the last active row into its cache slot."""
+        row = self._active.index(pending)
+        last = len(self._active) - 1
+        if row != last:
+            moved = self._active[last]
+            self.cache.move_row(last, row, moved.seq.length)
+            self._active[row] = moved
+        self._active.pop()

@@ -1,0 +1,127 @@
+"""Sampling parameters and the per-request token chooser: greedy or temperature/top-p with a
+seeded generator, the sampled token's logprob and the top alternatives, and the optional
+tool-call constraint (model/constrained.py) that masks candidates which would break a call.
+
+Logprobs are those of the distribution the token was drawn from: log_softmax(logits / T), with
+T = 1 for greedy, before top-p truncation (what RL's importance ratios need).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+MAX_TOP_LOGPROBS = 20
+
+
+@dataclass(kw_only=True)
+class SamplingParams:
+    max_tokens: int = 256
+    """Most tokens to generate; the context limit may end a completion earlier ("length")."""
+    temperature: float = 0.0
+    """0 is greedy decoding."""
+    top_p: float = 1.0
+    """Nucleus sampling: draw from the smallest set of tokens whose probability reaches top_p."""
+    seed: int | None = None
+    """Seeds this request's generator, so a sampled completion can be reproduced."""
+    stop: list[str] = field(default_factory=list)
+    """Strings that end the completion; they are not included in the text."""
+    stop_token_ids: list[int] | None = None
+    """Token ids that end the completion; None means the tokenizer's end-of-turn tokens."""
+    ignore_eos: bool = False
+    """Keep generating through end-of-turn tokens (benchmarks)."""
+    top_logprobs: int = 0
+    """Also return this many most likely alternatives at each position."""
+    return_routing: bool = False
+    """Record the experts every position was routed to (RL's routing replay)."""
+    speculative: bool | None = None
+    """Prompt-lookup speculative decoding; None turns it on for greedy decoding."""
+    num_speculative_tokens: int = 10
+    """Most draft tokens verified per step."""
+    constraint: Any = None
+    """A per-request ToolCallConstraint; its tool calls come out well-formed."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+        if not 0.0 <= self.temperature <= 100.0:
+            raise ValueError(f"temperature must be in [0, 100], got {self.temperature!r}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {self.top_logprobs!r}")
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ValueError(f"stop must be a list of non-empty strings, got {self.stop!r}")
+        if self.speculative and self.temperature > 0:
+            raise ValueError(
+                f"speculative decoding is exact only for greedy decoding; temperature is {self.temperature}"
+            )
+        if not 0 <= self.num_speculative_tokens <= 64:
+            raise ValueError(f"num_speculative_tokens must be in [0, 64], got {self.num_speculative_tokens!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @property
+    def use_speculation(self) -> bool:
+        return self.greedy and self.speculative is not False and self.num_speculative_tokens > 0
+
+
+@dataclass
+class Choice:
+    token: int
+    logprob: float
+    top: list[tuple[int, float]]
+
+
+class Sampler:
+    """Chooses tokens for one request."""
+
+    def __init__(self, params: SamplingParams) -> None:
+        self.params = params
+        self.generator = torch.Generator()
+        self.generator.manual_seed(params.seed if params.seed is not None else torch.seed())
+
+    def choose(self, logits_V: torch.Tensor, tokens_left: int) -> Choice:
+        p = self.params
+        logprobs_V = torch.log_softmax(logits_V.float() / (p.temperature or 1.0), dim=-1)
+        if p.greedy:
+            token = self._first_allowed(logprobs_V, tokens_left)
+        else:
+            token = self._sample(logprobs_V, tokens_left)
+        top: list[tuple[int, float]] = []
+        if p.top_logprobs:
+            values, ids = logprobs_V.topk(p.top_logprobs)
+            top = list(zip(ids.tolist(), values.tolist()))
+        return Choice(token, float(logprobs_V[token]), top)
+
+    def _first_allowed(self, logprobs_V: torch.Tensor, tokens_left: int) -> int:
+        constraint = self.params.constraint
+        if constraint is None:
+            return int(logprobs_V.argmax())
+        candidates = logprobs_V.topk(16).indices.tolist()
+        if not any(constraint.is_allowed(t, tokens_left) for t in candidates):
+            candidates = logprobs_V.argsort(descending=True).tolist()
+        return constraint.first_allowed(candidates, tokens_left)
+
+    def _sample(self, logprobs_V: torch.Tensor, tokens_left: int) -> int:
+        probs_V = logprobs_V.exp()
+        if self.params.top_p < 1.0:
+            sorted_p, order = probs_V.sort(descending=True)
+            keep = sorted_p.cumsum(0) - sorted_p < self.params.top_p  # always keeps the top token
+            probs_V = torch.zeros_like(probs_V).scatter_(0, order[keep], sorted_p[keep])
+        constraint = self.params.constraint
+        for _ in range(32):
+            token = int(torch.multinomial(probs_V, 1, generator=self.generator))
+            if constraint is None or constraint.is_allowed(token, tokens_left):
+                return token
+            probs_V[token] = 0.0
+            if float(probs_V.sum()) <= 0.0:
+                break
+        # The model keeps proposing tokens the constraint forbids: take its best allowed one.
+        return constraint.first_allowed(logprobs_V.argsort(descending=True).tolist(), tokens_left)

@@ -1,0 +1,179 @@
+"""One request's decoding state inside the engine: the tokens chosen so far, their logprobs and
+routed experts, streaming text with stop sequences held back until decided, and the finished
+`Completion` handed back to the caller.
+
+Speculative drafts are accepted here: `accept(logits_SV, drafts)` chooses a token at each fed
+position in turn and stops at the first one that differs from the draft, so the tokens equal
+those plain decoding would choose.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from model.sampling import Sampler, SamplingParams
+
+
+@dataclass
+class StreamEvent:
+    """The tokens a decoding step added to one request."""
+
+    token_ids: list[int]
+    text: str
+    logprobs: list[float]
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    finished: bool = False
+    finish_reason: str | None = None
+    """"stop" (end-of-turn token or stop string), "length", or "cancelled"."""
+
+
+@dataclass
+class Completion:
+    prompt_ids: list[int]
+    token_ids: list[int]
+    """Every generated token, the end-of-turn token included (text excludes it)."""
+    text: str
+    logprobs: list[float]
+    top_logprobs: list[list[tuple[int, float]]]
+    finish_reason: str
+    routed_experts: torch.Tensor | None
+    """(positions, L, k) experts per fed position: the prompt, then each generated token but the
+    last (which was never fed back). None unless asked for."""
+    prefill_seconds: float
+    decode_seconds: float
+    num_draft_tokens: int = 0
+    num_accepted_draft_tokens: int = 0
+    stop_reason: str | int | None = None
+    """The stop string or token id that ended the completion, if one did."""
+
+
+class Sequence:
+    def __init__(self, prompt_ids: list[int], params: SamplingParams, stop_ids: list[int], tokenizer, max_seq_len: int) -> None:
+        self.prompt_ids = prompt_ids
+        self.params = params
+        self.stop_ids = frozenset(stop_ids)
+        self.sampler = Sampler(params)
+        self.detok = tokenizer.incremental_decoder()
+        self.max_seq_len = max_seq_len
+        self.all_ids: list[int] = list(prompt_ids)
+        self.out_ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.top: list[list[tuple[int, float]]] = []
+        self.routing: list[torch.Tensor] = []
+        self.text = ""
+        self.finish_reason: str | None = None
+        self.stop_reason: str | int | None = None
+        self.length = 0
+        """Positions of this sequence already in the KV cache."""
+        self.prefill_seconds = 0.0
+        self.started = time.perf_counter()
+        self.num_drafted = self.num_accepted = 0
+        self._emitted_tokens = 0
+        self._emitted_chars = 0
+
+    @property
+    def last_token(self) -> int:
+        return self.all_ids[-1]
+
+    @property
+    def tokens_left(self) -> int:
+        return min(self.params.max_tokens - len(self.out_ids), self.max_seq_len - len(self.all_ids))
+
+    def record_routing(self, experts_SLk: torch.Tensor) -> None:
+        self.routing.append(experts_SLk.to(torch.int16).cpu())
+
+    def accept(self, logits_SV: torch.Tensor, drafts: list[int]) -> int:
+        """Chooses tokens at the fed positions until one departs from the draft; returns how many
+        fed positions were valid (each choice used one)."""
+        self.num_drafted += len(drafts)
+        for i in range(len(drafts) + 1):
+            choice = self.sampler.choose(logits_SV[i], self.tokens_left)
+            self._append(choice.token, choice.logprob, choice.top)
+            if self.finish_reason is not None or i == len(drafts) or choice.token != drafts[i]:
+                return i + 1
+            self.num_accepted += 1
+        raise AssertionError("unreachable")
+
+    def _append(self, token: int, logprob: float, top: list[tuple[int, float]]) -> None:
+        self.all_ids.append(token)
+        self.out_ids.append(token)
+        self.logprobs.append(logprob)
+        if self.params.top_logprobs:
+            self.top.append(top)
+        if self.params.constraint is not None:
+            self.params.constraint.advance(token)
+        if token in self.stop_ids:
+            self.finish("stop", stop_reason=token)
+            return
+        self.text += self.detok.feed(token)
+        if self.params.stop and self._cut_at_stop_string():
+            return
+        if self.tokens_left <= 0:
+            self.finish("length")
+
+    def _cut_at_stop_string(self) -> bool:
+        longest = max(map(len, self.params.stop))
+        window_start = max(0, self._emitted_chars - longest)
+        hits = [(i, s) for s in self.params.stop if (i := self.text.find(s, window_start)) >= 0]
+        if not hits:
+            return False
+        index, stop = min(hits)
+        self.text = self.text[:index]
+        self.finish("stop", stop_reason=stop)
+        return True
+
+    def finish(self, reason: str, stop_reason: str | int | None = None) -> Sequence:
+        if self.finish_reason is None:
+            self.finish_reason, self.stop_reason = reason, stop_reason
+            if reason != "stop" or isinstance(stop_reason, int):
+                self.text += self.detok.flush()
+        return self
+
+    def _held_back(self) -> int:
+        """Characters at the end of the text that may still turn into a stop string."""
+        if not self.params.stop or self.finish_reason is not None:
+            return 0
+        for n in range(min(len(self.text), max(map(len, self.params.stop)) - 1), 0, -1):
+            tail = self.text[-n:]
+            if any(s.startswith(tail) for s in self.params.stop):
+                return n
+        return 0
+
+    def take_event(self) -> StreamEvent | None:
+        """What was added since the last event, or None when nothing was."""
+        visible = len(self.text) - self._held_back()
+        new_tokens = self.out_ids[self._emitted_tokens :]
+        if not new_tokens and self.finish_reason is None:
+            return None
+        text = self.text[self._emitted_chars : max(visible, self._emitted_chars)]
+        event = StreamEvent(
+            token_ids=new_tokens,
+            text=text,
+            logprobs=self.logprobs[self._emitted_tokens :],
+            top_logprobs=self.top[self._emitted_tokens :],
+            finished=self.finish_reason is not None,
+            finish_reason=self.finish_reason,
+        )
+        self._emitted_tokens = len(self.out_ids)
+        self._emitted_chars += len(text)
+        return event
+
+    def completion(self) -> Completion:
+        routing = torch.cat(self.routing) if self.routing else None
+        return Completion(
+            prompt_ids=self.prompt_ids,
+            token_ids=self.out_ids,
+            text=self.text,
+            logprobs=self.logprobs,
+            top_logprobs=self.top,
+            finish_reason=self.finish_reason or "cancelled",
+            routed_experts=routing,
+            prefill_seconds=self.prefill_seconds,
+            decode_seconds=time.perf_counter() - self.started - self.prefill_seconds,
+            num_draft_tokens=self.num_drafted,
+            num_accepted_draft_tokens=self.num_accepted,
+            stop_reason=self.stop_reason,
+        )
