@@ -66,6 +66,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self._token_table = None
         atexit.register(self.close)
 
     @classmethod
@@ -76,6 +77,19 @@ class Engine:
 
         path = Path(path).expanduser() if path is not None else ensure_default_model()
         return cls(load_model(path, dtype=dtype), Tokenizer.from_dir(path), **kwargs)
+
+    def tool_call_constraint(self, tools: list[dict] | None, mode: str = "auto"):
+        """A fresh per-request constraint that keeps tool calls well-formed (model/constrained.py);
+        the vocabulary's token table is built once per engine."""
+        from model.constrained import TokenTable, ToolCallConstraint
+
+        with self._lock:
+            if self._token_table is None:
+                tok = self.tokenizer
+                self._token_table = TokenTable(
+                    tok.token_strings(), eos_token_ids=tok.stop_token_ids, special_token_ids=tok.special_token_ids
+                )
+        return ToolCallConstraint(self._token_table, tools=tools, mode=mode)
 
     # ---- public API -----------------------------------------------------------------------------
 
@@ -271,7 +285,10 @@ class Engine:
     def _draft(self, seq: Sequence) -> list[int]:
         if not seq.params.use_speculation:
             return []
-        room = min(seq.params.num_speculative_tokens, seq.tokens_left - 1, self.max_seq_len - seq.length - 1)
+        if seq.draft_pause > 0:
+            seq.draft_pause -= 1
+            return []
+        room = min(seq.draft_limit, seq.tokens_left - 1, self.max_seq_len - seq.length - 1)
         return propose(np.asarray(seq.all_ids), room) if room > 0 else []
 
     def _after_step(self, pending: _Pending) -> None:

@@ -185,6 +185,7 @@ def save_checkpoint(
     tensors = {name: t.detach().to(dtype).contiguous() for name, t in state_dict.items()}
     tmp = directory / "model.safetensors.tmp"
     save_file(tensors, str(tmp), metadata={"format": "pt"})
+    os.chmod(tmp, 0o644)  # safetensors creates it owner-only; a server may run as another user
     os.replace(tmp, directory / "model.safetensors")
     dtype_name = str(dtype).removeprefix("torch.")
     _atomic_write_text(directory / "config.json", json.dumps(config.to_hf_dict(dtype_name), indent=2) + "\n")

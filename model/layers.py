@@ -114,16 +114,22 @@ class Attention(nn.Module):
         else:
             assert positions_BS is not None
             cache_k, cache_v, write_at_BS = cache
-            slots_BS = positions_BS if write_at_BS is None else write_at_BS
-            rows = torch.arange(B, device=x_BSD.device).unsqueeze(1).expand(B, S)
-            # Advanced indices around a slice put (B, S) first: the value is (B, S, K, Dh).
-            cache_k[rows, :, slots_BS] = k
-            cache_v[rows, :, slots_BS] = v
+            single_row = B == 1 and write_at_BS is None
+            if single_row:  # the common decode case: one contiguous slice, no index tensors
+                start = int(positions_BS[0, 0])
+                cache_k[0, :, start : start + S] = k[0].transpose(0, 1)
+                cache_v[0, :, start : start + S] = v[0].transpose(0, 1)
+            else:
+                slots_BS = positions_BS if write_at_BS is None else write_at_BS
+                rows = torch.arange(B, device=x_BSD.device).unsqueeze(1).expand(B, S)
+                # Advanced indices around a slice put (B, S) first: the value is (B, S, K, Dh).
+                cache_k[rows, :, slots_BS] = k
+                cache_v[rows, :, slots_BS] = v
             keys = cache_k[:, :, :attend_len]
             values = cache_v[:, :, :attend_len]
-            key_pos = torch.arange(attend_len, device=x_BSD.device)
-            mask_BST = key_pos.view(1, 1, -1) <= positions_BS.unsqueeze(-1)
-            out = F.scaled_dot_product_attention(
-                q_BHSDh, keys, values, attn_mask=mask_BST.unsqueeze(1), enable_gqa=True
-            )
+            mask = None
+            if not (single_row and S == 1 and start + 1 == attend_len):  # else every key is visible
+                key_pos = torch.arange(attend_len, device=x_BSD.device)
+                mask = (key_pos.view(1, 1, -1) <= positions_BS.unsqueeze(-1)).unsqueeze(1)
+            out = F.scaled_dot_product_attention(q_BHSDh, keys, values, attn_mask=mask, enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))

@@ -83,6 +83,8 @@ class MoE(nn.Module):
             experts_Nk = x_ND.new_zeros(N, 1, dtype=torch.long)
             return self.experts(x_ND, torch.tensor([N])), experts_Nk
         weights_Nk, experts_Nk = self.router(x_ND)
+        if N == 1:
+            return self._one_token(x_ND, weights_Nk[0], experts_Nk[0]), experts_Nk
         flat_M = experts_Nk.flatten()
         order_M = flat_M.argsort(stable=True)
         token_M = order_M // self.top_k
@@ -90,3 +92,14 @@ class MoE(nn.Module):
         y_MD = self.experts(x_ND[token_M], offsets_E)
         y_MD = y_MD * weights_Nk.flatten()[order_M].unsqueeze(-1)
         return torch.zeros_like(x_ND).index_add_(0, token_M, y_MD), experts_Nk
+
+    def _one_token(self, x_1D: torch.Tensor, weights_k: torch.Tensor, experts_k: torch.Tensor) -> torch.Tensor:
+        """Decoding one token: the same grouped matmul, with the bookkeeping done in Python."""
+        chosen = experts_k.tolist()
+        order = sorted(range(self.top_k), key=chosen.__getitem__)
+        counts = [0] * self.num_experts
+        for e in chosen:
+            counts[e] += 1
+        offsets_E = torch.tensor(counts).cumsum(0)
+        y_kD = self.experts(x_1D.repeat(self.top_k, 1), offsets_E)
+        return weights_k[order].unsqueeze(0) @ y_kD

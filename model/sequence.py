@@ -71,6 +71,11 @@ class Sequence:
         self.prefill_seconds = 0.0
         self.started = time.perf_counter()
         self.num_drafted = self.num_accepted = 0
+        # Adaptive drafting: a draft costs a wider forward pass (more experts touched), so after
+        # a rejected draft the sequence pauses drafting, backing off exponentially.
+        self.draft_limit = params.num_speculative_tokens
+        self.draft_pause = 0
+        self._draft_backoff = 1
         self._emitted_tokens = 0
         self._emitted_chars = 0
 
@@ -93,9 +98,20 @@ class Sequence:
             choice = self.sampler.choose(logits_SV[i], self.tokens_left)
             self._append(choice.token, choice.logprob, choice.top)
             if self.finish_reason is not None or i == len(drafts) or choice.token != drafts[i]:
-                return i + 1
+                break
             self.num_accepted += 1
-        raise AssertionError("unreachable")
+        if drafts:
+            self._adapt_drafting(accepted=i, drafted=len(drafts))
+        return i + 1
+
+    def _adapt_drafting(self, accepted: int, drafted: int) -> None:
+        most = self.params.num_speculative_tokens
+        if accepted == 0:
+            self.draft_pause = self._draft_backoff
+            self._draft_backoff = min(2 * self._draft_backoff, 32)
+            return
+        self._draft_backoff = 1
+        self.draft_limit = min(most, 2 * self.draft_limit) if accepted == drafted else max(2, accepted + 1)
 
     def _append(self, token: int, logprob: float, top: list[tuple[int, float]]) -> None:
         self.all_ids.append(token)

