@@ -15,7 +15,7 @@ from model.sampling import SamplingParams
 from model.toolcalls import parse_tool_calls
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.workloads import chat_prompt, edit_rewrite_prompt  # noqa: E402
+from bench.workloads import chat_prompt, edit_rewrite_prompt
 
 pytestmark = pytest.mark.slow
 
