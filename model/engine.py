@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import queue
 import threading
 import time
@@ -86,8 +87,10 @@ class Engine:
         with self._lock:
             if self._token_table is None:
                 tok = self.tokenizer
+                # End-of-turn first: the constraint ends free text with the first of these.
+                stops = list(dict.fromkeys([tok.eos_token_id, *tok.stop_token_ids]))
                 self._token_table = TokenTable(
-                    tok.token_strings(), eos_token_ids=tok.stop_token_ids, special_token_ids=tok.special_token_ids
+                    tok.token_strings(), eos_token_ids=stops, special_token_ids=tok.special_token_ids
                 )
         return ToolCallConstraint(self._token_table, tools=tools, mode=mode)
 
@@ -139,12 +142,12 @@ class Engine:
         Closing the iterator early cancels the request."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
-        cancel = self.submit(
-            prompt_ids,
-            params,
-            on_event=lambda e: loop.call_soon_threadsafe(events.put_nowait, e),
-            on_done=lambda r: loop.call_soon_threadsafe(events.put_nowait, r),
-        )
+
+        def deliver(item) -> None:
+            with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody listens
+                loop.call_soon_threadsafe(events.put_nowait, item)
+
+        cancel = self.submit(prompt_ids, params, on_event=deliver, on_done=deliver)
         try:
             while True:
                 item = await events.get()
