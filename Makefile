@@ -12,9 +12,13 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup test lint model bench bench-vllm clean
+.PHONY: setup system-deps test lint model bench bench-vllm clean
 
-setup: $(STAMP)
+setup: system-deps $(STAMP)
+
+# Debian packages the project runs: bubblewrap sandboxes the agent's terminal.
+system-deps:
+	@command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bubblewrap; }
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
