@@ -71,13 +71,19 @@ class Engine:
         atexit.register(self.close)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path | None = None, *, dtype: torch.dtype | None = None, **kwargs) -> Engine:
-        """Loads a checkpoint directory (default: composer-mini, built on first use)."""
+    def from_pretrained(
+        cls, path: str | Path | None = None, *, dtype: torch.dtype | None = None, quantize: str = "none", **kwargs
+    ) -> Engine:
+        """Loads a checkpoint directory (default: composer-mini, built on first use).
+        `quantize="int4"`: weight-only int4 for fast CPU decoding (model/quant.py); "none" keeps
+        the checkpoint's weights, whose logprobs match the trainer's exactly."""
         from model.home import ensure_default_model
+        from model.quant import quantize_model
         from model.tokenizer import Tokenizer
 
         path = Path(path).expanduser() if path is not None else ensure_default_model()
-        return cls(load_model(path, dtype=dtype), Tokenizer.from_dir(path), **kwargs)
+        model = quantize_model(load_model(path, dtype=dtype), quantize)
+        return cls(model, Tokenizer.from_dir(path), **kwargs)
 
     def tool_call_constraint(self, tools: list[dict] | None, mode: str = "auto"):
         """A fresh per-request constraint that keeps tool calls well-formed (model/constrained.py);

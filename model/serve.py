@@ -419,13 +419,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--served-model-name", default=DEFAULT_MODEL, help="the name clients ask for")
     parser.add_argument("--max-batch", type=int, default=8, help="most requests decoded together")
+    parser.add_argument(
+        "--quantize", choices=["none", "int4"], default="int4",
+        help="weights for CPU decoding: int4 (fast, the default) or none (the checkpoint's exact weights)",
+    )
     parser.add_argument("--api-key", default=os.environ.get("COMPOSER_API_KEY"),
                         help="require 'Authorization: Bearer KEY' (default: $COMPOSER_API_KEY)")
     args = parser.parse_args(argv)
     if args.max_batch < 1:
         parser.error(f"--max-batch must be at least 1, got {args.max_batch}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    engine = Engine.from_pretrained(args.model, max_batch=args.max_batch)
+    engine = Engine.from_pretrained(args.model, max_batch=args.max_batch, quantize=args.quantize)
     app = create_app(engine, args.served_model_name, api_key=args.api_key)
     log.info("serving %s on http://%s:%d/v1", args.served_model_name, args.host, args.port)
     try:

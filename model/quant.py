@@ -1,0 +1,137 @@
+"""Weight-only quantisation for fast CPU decoding.
+
+Decoding one token reads every active weight once, so on a CPU its speed is the memory bandwidth
+divided by the bytes per token (composer-mini in fp32: 214M active parameters, 856 MB). This
+module cuts the bytes:
+
+- attention and expert matrices: int4, groups of 32 along the input dimension, each group with a
+  scale and a zero point (w = (q - 8) * scale + zero), packed for torch's CPU int4 kernel;
+- the output head: int8 per output channel.
+
+The matmuls run with bf16 activations (the CPU kernels are fast there); the residual stream, the
+norms, the router and attention stay in the model's dtype. composer-mini's weights come from a
+Q4_1 GGUF, whose blocks are exactly such int4 groups, so int4 re-expresses them nearly as they
+are (the bf16 scales round them by at most 2^-9 relative).
+
+Rows beyond `SMALL_M` (prefill, wide speculative verification) dequantize the matrix and use the
+ordinary GEMM instead: the int4 kernel is fastest for matrix-vector work, the GEMM for many rows.
+
+    from model.quant import quantize_model
+    quantize_model(model, "int4")       # in place; inference only
+
+Legend: O output features, I input features, G groups along I, M rows, E experts.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model.transformer import Transformer
+
+GROUP_SIZE = 32
+SMALL_M = 16
+SCHEMES = ("none", "int4")
+
+
+def supports_int4() -> bool:
+    """Whether this torch build has the CPU int4 weight-only kernel."""
+    return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") and hasattr(
+        torch.ops.aten, "_convert_weight_to_int4pack_for_cpu"
+    )
+
+
+class Int4Linear(nn.Module):
+    def __init__(self, weight_OI: torch.Tensor, group_size: int = GROUP_SIZE) -> None:
+        super().__init__()
+        num_out, num_in = weight_OI.shape
+        if num_in % group_size or num_out % 16:
+            raise ValueError(
+                f"int4 needs input features ({num_in}) divisible by {group_size} and output features "
+                f"({num_out}) by 16"
+            )
+        w_OGg = weight_OI.detach().float().reshape(num_out, num_in // group_size, group_size)
+        low, high = w_OGg.amin(-1, keepdim=True), w_OGg.amax(-1, keepdim=True)
+        scale = ((high - low) / 15).clamp(min=1e-12)
+        q_OI = ((w_OGg - low) / scale).round().clamp(0, 15).to(torch.int32).reshape(num_out, num_in)
+        zero = low + 8 * scale
+        self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q_OI, 1))
+        # (G, O, 2): the kernel's layout for per-group scales and zero points.
+        scales_and_zeros = torch.stack([scale.squeeze(-1).t(), zero.squeeze(-1).t()], dim=-1)
+        self.register_buffer("scales_and_zeros", scales_and_zeros.contiguous().to(torch.bfloat16))
+        self.register_buffer("q_OI", q_OI.to(torch.uint8))  # for the many-row path
+        self.in_features, self.out_features, self.group_size = num_in, num_out, group_size
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        scale, zero = self.scales_and_zeros.to(dtype).unbind(-1)  # (G, O) each
+        q = self.q_OI.to(dtype).reshape(self.out_features, -1, self.group_size)
+        return ((q - 8) * scale.t().unsqueeze(-1) + zero.t().unsqueeze(-1)).reshape(self.out_features, -1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x_MI = x if x.dim() == 2 else x.reshape(-1, self.in_features)
+        if x_MI.shape[0] > SMALL_M:
+            return F.linear(x, self.dequantize(x.dtype))
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x_MI.to(torch.bfloat16), self.packed, self.group_size, self.scales_and_zeros
+        ).to(x.dtype)
+        return out if x.dim() == 2 else out.view(*x.shape[:-1], self.out_features)
+
+
+class Int8Linear(nn.Module):
+    def __init__(self, weight_OI: torch.Tensor) -> None:
+        super().__init__()
+        w = weight_OI.detach().float()
+        scale_O = (w.abs().amax(-1) / 127).clamp(min=1e-12)
+        self.register_buffer("q_OI", (w / scale_O.unsqueeze(-1)).round().clamp(-127, 127).to(torch.int8))
+        self.register_buffer("scale_O", scale_O.to(torch.bfloat16))
+        self.in_features, self.out_features = w.shape[1], w.shape[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x_MI = x.reshape(-1, self.in_features)
+        if x_MI.shape[0] > SMALL_M:
+            return F.linear(x, self.q_OI.to(x.dtype) * self.scale_O.to(x.dtype).unsqueeze(-1))
+        out = torch.ops.aten._weight_int8pack_mm(x_MI.to(torch.bfloat16), self.q_OI, self.scale_O)
+        return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+
+
+class QuantizedExperts(nn.Module):
+    """Drop-in for model.moe.Experts (same forward) over int4 experts."""
+
+    def __init__(self, w13_EFD: torch.Tensor, w2_EDF: torch.Tensor) -> None:
+        super().__init__()
+        self.w13 = nn.ModuleList(Int4Linear(w) for w in w13_EFD)
+        self.w2 = nn.ModuleList(Int4Linear(w) for w in w2_EDF)
+
+    def _grouped(self, x_MI: torch.Tensor, weights: nn.ModuleList, offsets_E: torch.Tensor) -> torch.Tensor:
+        out = x_MI.new_empty(x_MI.shape[0], weights[0].out_features)
+        start = 0
+        for e, end in enumerate(offsets_E.tolist()):
+            if end > start:
+                out[start:end] = weights[e](x_MI[start:end])
+            start = end
+        return out
+
+    def forward(self, x_MD: torch.Tensor, offsets_E: torch.Tensor) -> torch.Tensor:
+        gate_MF, up_MF = self._grouped(x_MD, self.w13, offsets_E).chunk(2, dim=-1)
+        return self._grouped(F.silu(gate_MF) * up_MF, self.w2, offsets_E)
+
+
+@torch.no_grad()
+def quantize_model(model: Transformer, scheme: str = "int4") -> Transformer:
+    """Replaces the model's large matrices in place; the result is for inference only."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"quantization scheme must be one of {SCHEMES}, got {scheme!r}")
+    if scheme == "none":
+        return model
+    if not supports_int4():
+        raise ValueError(f"this torch build ({torch.__version__}) has no CPU int4 kernel; use quantize='none'")
+    if model.embed.weight.device.type != "cpu":
+        raise ValueError("int4 weight-only quantization is a CPU decoding path; on a GPU use bf16 or kernels/")
+    for layer in model.layers:
+        layer.attn.qkv = Int4Linear(layer.attn.qkv.weight)
+        layer.attn.o_proj = Int4Linear(layer.attn.o_proj.weight)
+        layer.moe.experts = QuantizedExperts(layer.moe.experts.w13_EFD, layer.moe.experts.w2_EDF)
+    model.lm_head = Int8Linear(model.lm_head.weight)
+    model.quantization = scheme
+    return model
