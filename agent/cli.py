@@ -1,0 +1,94 @@
+"""`composer-agent`: one headless agent turn from the command line.
+
+    composer-agent run --workspace DIR [--json] [--endpoint URL] [--yes] "request"
+
+Without --endpoint the in-process engine runs composer-mini (int4 weights; built on first use).
+--json prints every session/update payload as one JSON line, then a summary object. Permission
+prompts cannot be answered headless: what the policy would ask about is refused, unless --yes
+allows it. The session log is written either way; the summary says where.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from agent.loop import LoopConfig
+from agent.session import Session, SessionConfig
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="composer-agent", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run one agent turn")
+    run.add_argument("request", help="what the agent should do")
+    run.add_argument("--workspace", type=Path, default=Path.cwd(), help="the repository to work in")
+    run.add_argument("--json", action="store_true", help="print one JSON event per line and a summary")
+    run.add_argument("--endpoint", default=None, help="an OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
+    run.add_argument("--model", default=None, help="checkpoint directory, or the model name at --endpoint")
+    run.add_argument("--api-key", default=None)
+    run.add_argument("--quantize", choices=["none", "int4"], default="int4", help="in-process engine weights")
+    run.add_argument("--max-steps", type=int, default=LoopConfig.max_steps)
+    run.add_argument("--max-tokens", type=int, default=LoopConfig.max_tokens_per_step)
+    run.add_argument("--yes", action="store_true", help="allow what the permission policy would ask about")
+    run.add_argument("--log-dir", type=Path, default=None, help="where session logs go")
+    return parser
+
+
+class _Printer:
+    """Prints events: JSON lines, or the answer on stdout and tool activity on stderr."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+
+    async def emit(self, update: dict) -> None:
+        if self.as_json:
+            print(json.dumps(update, ensure_ascii=False), flush=True)
+            return
+        kind = update.get("sessionUpdate")
+        if kind == "agent_message_chunk":
+            print(update["content"].get("text", ""), end="", flush=True)
+        elif kind == "tool_call":
+            print(f"\n[tool] {update.get('title', '')}", file=sys.stderr, flush=True)
+        elif kind == "tool_call_update" and update.get("status") == "failed":
+            print(f"[tool failed] {update.get('toolCallId')}", file=sys.stderr, flush=True)
+
+
+async def _run(args: argparse.Namespace) -> int:
+    printer = _Printer(args.json)
+    config = SessionConfig(
+        workspace=args.workspace, endpoint=args.endpoint, model=args.model, api_key=args.api_key,
+        quantize=args.quantize, log_dir=args.log_dir, auto_allow=args.yes,
+        loop=LoopConfig(max_steps=args.max_steps, max_tokens_per_step=args.max_tokens),
+    )
+    session = await Session.create(config, events=printer)
+    try:
+        result = await session.prompt(args.request)
+    finally:
+        session.close()
+    summary = {
+        "type": "summary", "stopReason": result.stop_reason, "steps": result.steps,
+        "toolCalls": result.tool_calls, "sessionId": session.id, "log": str(session.log_path), "text": result.text,
+    }
+    if args.json:
+        print(json.dumps(summary, ensure_ascii=False), flush=True)
+    else:
+        print(f"\n[{result.stop_reason}: {result.steps} steps, {result.tool_calls} tool calls; log {session.log_path}]",
+              file=sys.stderr)
+    return 0 if result.stop_reason in ("end_turn", "max_turn_requests", "max_tokens") else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if not args.workspace.is_dir():
+        print(f"composer-agent: workspace {args.workspace} is not a directory", file=sys.stderr)
+        return 2
+    return asyncio.run(_run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+"""The agent loop: ask the policy, run the tool calls it makes (read-only ones side by side,
+writes to one file one after another, terminal commands alone), feed the results back, until the
+model answers without a call, a limit is hit, or the turn is cancelled.
+
+Every step is reported as ACP `session/update` payloads (agent/events.py) and written to the
+session log (agent/session_log.py); a checkpoint precedes every batch that may write, so the
+workspace can be restored to any step, shell changes included.
+
+    agent = Agent(policy, registry, ctx, system=system_prompt(root), events=sink, log=log)
+    result = await agent.run_turn("fix the failing test")      # cancel the task to stop it
+
+Stop reasons are ACP's: end_turn, max_turn_requests, max_tokens, cancelled, refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent import events as ev
+from agent.policy import Policy, Reply
+from agent.tools.base import ToolContext, ToolRegistry, ToolResult, truncate
+from model.toolcalls import ToolCall
+
+SHORTENED_NOTE = "\n[older tool output shortened to save context; call the tool again if you need it]"
+
+
+@dataclass(kw_only=True)
+class LoopConfig:
+    max_steps: int = 25
+    """Model calls in one turn before stopping with max_turn_requests."""
+    max_tokens_per_step: int = 1024
+    """Most tokens one model call may generate."""
+    temperature: float = 0.0
+    tool_result_chars: int = 20_000
+    """A tool result longer than this is cut before the model sees it."""
+    shortened_chars: int = 400
+    """What is kept of an old tool result when the context fills up."""
+
+
+@dataclass
+class TurnResult:
+    stop_reason: str
+    steps: int = 0
+    tool_calls: int = 0
+    text: str = ""
+    replies: list[Reply] = field(default_factory=list)
+
+
+class _WriteLocks:
+    """Writes to one path run one at a time; a call that may write anywhere (a terminal
+    command) runs alone among writers. Read-only calls take no lock."""
+
+    def __init__(self) -> None:
+        self._paths: dict[str, asyncio.Lock] = {}
+        self._writers = 0
+        self._exclusive = False
+        self._changed = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def hold(self, paths: list[str] | None):
+        async with self._changed:
+            if paths is None:
+                await self._changed.wait_for(lambda: not self._exclusive and self._writers == 0)
+                self._exclusive = True
+            else:
+                await self._changed.wait_for(lambda: not self._exclusive)
+                self._writers += 1
+        locks = [self._paths.setdefault(p, asyncio.Lock()) for p in sorted(set(paths or []))]
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                for lock in locks:
+                    await stack.enter_async_context(lock)
+                yield
+        finally:
+            async with self._changed:
+                if paths is None:
+                    self._exclusive = False
+                else:
+                    self._writers -= 1
+                self._changed.notify_all()
+
+
+class Agent:
+    def __init__(
+        self,
+        policy: Policy,
+        tools: ToolRegistry,
+        ctx: ToolContext,
+        *,
+        system: str,
+        config: LoopConfig | None = None,
+        permissions: Any = None,
+        ask: Callable[..., Awaitable[str]] | None = None,
+        checkpoints: Any = None,
+        log: Any = None,
+        events: ev.EventSink | None = None,
+    ) -> None:
+        self.policy, self.tools, self.ctx = policy, tools, ctx
+        self.config = config or LoopConfig()
+        self.permissions, self.ask, self.checkpoints = permissions, ask, checkpoints
+        self.log, self.events = log, events
+        self.last_checkpoint: str | None = None
+        self.messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        self._locks = _WriteLocks()
+        self._emitting: asyncio.Future | None = None
+        self._model_calls = 0
+
+    # ---- the turn --------------------------------------------------------------------------------
+
+    async def run_turn(self, text: str) -> TurnResult:
+        """One user request to the end. Cancelling the task running this stops the model and
+        kills running tools; writes are atomic, so no file is left half-written."""
+        self.messages.append({"role": "user", "content": text})
+        self._log("user_message", text=text)
+        result = TurnResult(stop_reason="end_turn")
+        try:
+            return await self._steps(result)
+        except asyncio.CancelledError:
+            result.stop_reason = "cancelled"
+            self._log("cancelled", by="client", step=result.steps)
+            return result
+        finally:
+            await self.flush_events()
+
+    async def _steps(self, result: TurnResult) -> TurnResult:
+        for step in range(self.config.max_steps):
+            result.steps = step + 1
+            reply = await self._model_step()
+            result.replies.append(reply)
+            result.text = reply.content
+            if reply.finish_reason == "length" and not reply.tool_calls:
+                result.stop_reason = "max_tokens"
+                return result
+            if not reply.tool_calls and not reply.tool_call_errors:
+                return result
+            result.tool_calls += len(reply.tool_calls)
+            await self._run_calls(reply)
+        result.stop_reason = "max_turn_requests"
+        return result
+
+    async def _model_step(self) -> Reply:
+        tools = self.tools.openai_tools()
+        self._fit_context(tools)
+
+        def on_text(chunk: str) -> None:
+            if chunk:
+                self._emit(ev.agent_message_chunk(chunk))
+
+        reply = await self.policy.complete(
+            self.messages, tools, max_tokens=self.config.max_tokens_per_step,
+            temperature=self.config.temperature, on_text=on_text,
+        )
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = [c.to_openai() for c in reply.tool_calls]
+        self.messages.append(message)
+        self._model_calls += 1
+        tokens = reply.completion_tokens
+        self._log(
+            "model_call", call_id=f"m{self._model_calls}", model=self.policy.model_id, text=reply.content,
+            finish_reason=reply.finish_reason, tool_calls=message.get("tool_calls", []),
+            prompt_token_ids=reply.prompt_token_ids or [], completion_token_ids=reply.completion_token_ids or [],
+            logprobs=reply.logprobs, routed_experts=reply.routed_experts,
+            usage={"prompt_tokens": reply.prompt_tokens, "completion_tokens": tokens,
+                   "total_tokens": reply.prompt_tokens + tokens},
+            timing={"total_s": round(reply.seconds, 4), "tokens_per_s": round(tokens / max(reply.seconds, 1e-9), 2)},
+        )
+        self._emit(ev.usage_update(used=reply.prompt_tokens + reply.completion_tokens, size=self.policy.context_window))
+        for error in reply.tool_call_errors:  # malformed calls: tell the model, so it can retry
+            self.messages.append({"role": "user", "content": f"[harness] {error.message}. Nothing was run for it; send the call again as valid JSON."})
+        return reply
+
+    # ---- tool calls ------------------------------------------------------------------------------
+
+    async def _run_calls(self, reply: Reply) -> None:
+        calls = reply.tool_calls
+        group = uuid.uuid4().hex[:12]
+        for call in calls:
+            self._emit(ev.tool_call(call.id, self._title(call), self._kind(call), call.arguments, self._locations(call)))
+        allowed = [await self._permitted(call) for call in calls]
+        if self.checkpoints is not None and any(ok and not self._read_only(c) for ok, c in zip(allowed, calls)):
+            checkpoint = await asyncio.to_thread(self.checkpoints.create, f"before {', '.join(c.name for c in calls)}")
+            self.last_checkpoint = checkpoint.id
+            self._log("checkpoint", checkpoint_id=checkpoint.id, label=checkpoint.label)
+        results = await asyncio.gather(*(self._run_one(c, ok, group) for c, ok in zip(calls, allowed)))
+        for call, result in zip(calls, results):
+            content, _ = truncate(result.for_model(), self.config.tool_result_chars, "Narrow the request to see more.")
+            self.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
+
+    async def _permitted(self, call: ToolCall) -> bool:
+        if self.permissions is None:
+            return True
+        answers: list[str] = []
+
+        async def ask(tool_name: str, args: dict, decision: Any) -> str:
+            # Nobody to ask (headless): never do what was not allowed.
+            answer = "reject_once" if self.ask is None else await self.ask(tool_name, args, decision)
+            answers.append(answer)
+            return answer
+
+        allowed = await self.permissions.check(call.name, call.arguments, ask, read_only=self._read_only(call))
+        self._log(
+            "permission", call_id=call.id, tool=call.name, arguments=call.arguments,
+            decision="allow" if allowed else "deny", outcome=answers[0] if answers else "auto",
+            by="user" if answers and self.ask is not None else "rule",
+        )
+        return allowed
+
+    async def _run_one(self, call: ToolCall, allowed: bool, group: str) -> ToolResult:
+        if not allowed:
+            result = ToolResult(error=f"the user did not allow {call.name} with these arguments; do something else or ask them")
+        else:
+            tool = self.tools.get(call.name)
+            writes = tool is not None and not tool.spec.read_only
+            async with self._locks.hold(tool.paths(call.arguments)) if writes else contextlib.nullcontext():
+                self._emit(ev.tool_call_update(call.id, "in_progress"))
+                result = await self.tools.call(call.name, call.arguments, self.ctx)
+        self._emit(ev.tool_call_update(
+            call.id, "completed" if result.ok else "failed", content=self._content(result), raw_output=result.data or None,
+        ))
+        if "plan" in result.data:
+            self._emit(ev.plan(result.data["plan"]))
+        self._log(
+            "tool_call", call_id=call.id, name=call.name, arguments=call.arguments, group=group,
+            result=result.output, error=result.error, duration_s=result.data.get("duration_s", 0.0),
+            status="completed" if result.ok else ("denied" if not allowed else "failed"),
+            data={k: v for k, v in result.data.items() if k not in ("old_text", "new_text")},
+        )
+        return result
+
+    # ---- helpers ---------------------------------------------------------------------------------
+
+    def _read_only(self, call: ToolCall) -> bool:
+        tool = self.tools.get(call.name)
+        return tool is None or tool.spec.read_only
+
+    def _kind(self, call: ToolCall) -> str:
+        tool = self.tools.get(call.name)
+        return tool.spec.kind if tool is not None else "other"
+
+    @staticmethod
+    def _title(call: ToolCall) -> str:
+        args = call.arguments
+        detail = args.get("path") or args.get("pattern") or args.get("command") or ""
+        return f"{call.name} {detail}".strip()[:200]
+
+    def _absolute(self, path: str) -> str | None:
+        try:
+            return str(self.ctx.workspace.resolve(path))
+        except Exception:  # an invalid path: the tool itself reports it
+            return None
+
+    def _locations(self, call: ToolCall) -> list[dict]:
+        path = call.arguments.get("path")
+        absolute = self._absolute(path) if isinstance(path, str) else None
+        return [ev.location(absolute)] if absolute else []
+
+    def _content(self, result: ToolResult) -> list[dict]:
+        content = [ev.text_content(result.for_model()[:4000])]
+        absolute = self._absolute(result.data.get("path") or "")
+        if absolute and "new_text" in result.data:
+            content.append(ev.diff_content(absolute, result.data.get("old_text"), result.data["new_text"]))
+        return content
+
+    def _fit_context(self, tools: list[dict]) -> None:
+        """Shortens the oldest tool results until the prompt leaves room for the answer."""
+        budget = self.policy.context_window - self.config.max_tokens_per_step
+        for message in self.messages:
+            if self.policy.count_tokens(self.messages, tools) <= budget:
+                return
+            content = message.get("content") or ""
+            if message["role"] == "tool" and len(content) > self.config.shortened_chars and not content.endswith(SHORTENED_NOTE):
+                message["content"] = content[: self.config.shortened_chars] + SHORTENED_NOTE
+
+    def _emit(self, update: dict) -> None:
+        """Sends an update without blocking the caller, in order: each send waits for the last."""
+        if self.events is None:
+            return
+        previous = self._emitting
+
+        async def send() -> None:
+            if previous is not None:
+                await previous
+            await self.events.emit(update)
+
+        self._emitting = asyncio.ensure_future(send())
+
+    async def flush_events(self) -> None:
+        if self._emitting is not None:
+            await asyncio.shield(self._emitting)
+
+    def _log(self, record_type: str, **fields: Any) -> None:
+        if self.log is not None:
+            self.log.write(record_type, **json.loads(json.dumps(fields, default=str)))

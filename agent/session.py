@@ -1,0 +1,141 @@
+"""A session: one conversation with the agent over one workspace, with everything it needs
+wired together: the policy (in-process engine or an endpoint), the tool registry, permissions,
+checkpoints, the session log and the event sink. The language server, the ACP agent, the CLI
+and RL rollouts all drive the agent through this class.
+
+    session = await Session.create(SessionConfig(workspace=root), events=sink)
+    result = await session.prompt("add a test for parse()")   # session.cancel() stops it
+    session.restore(session.last_checkpoint)                   # undo the turn, shell included
+    session.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.checkpoints import CheckpointStore
+from agent.loop import Agent, LoopConfig, TurnResult
+from agent.permissions import PermissionPolicy, load_policy, rollout_policy
+from agent.policy import EndpointPolicy, EnginePolicy, Policy
+from agent.prompt import system_prompt
+from agent.session_log import SessionLog
+from agent.tools.base import ToolContext, ToolRegistry
+from agent.tools.files import file_tools
+from agent.tools.lints import ReadLints
+from agent.tools.search import Glob, Grep, ListDir
+from agent.tools.terminal import RunTerminal
+from agent.tools.todo import TodoWrite
+from agent.workspace import Workspace
+
+
+def default_tools() -> ToolRegistry:
+    """The harness's tools, fresh instances (codebase_search joins when the index exists)."""
+    return ToolRegistry([*file_tools(), ListDir(), Glob(), Grep(), RunTerminal(), ReadLints(), TodoWrite()])
+
+
+@dataclass(kw_only=True)
+class SessionConfig:
+    workspace: Path
+    endpoint: str | None = None
+    """An OpenAI-compatible base URL; None runs the in-process engine."""
+    model: str | None = None
+    """Checkpoint directory (in-process) or model name (endpoint); None is composer-mini."""
+    api_key: str | None = None
+    quantize: str = "int4"
+    """In-process engine weights: int4 (fast on CPUs) or none."""
+    log_dir: Path | None = None
+    """Where session logs go (default: $COMPOSER_LOG_DIR or ~/.local/share/composer/sessions)."""
+    auto_allow: bool = False
+    """Allow everything (RL rollouts in a sandbox, `--yes`) instead of the permission files."""
+    checkpoints: bool = True
+    loop: LoopConfig = field(default_factory=LoopConfig)
+
+
+_ENGINES: dict[tuple, Any] = {}
+
+
+def _shared_engine(model: str | None, quantize: str):
+    """One engine per checkpoint and quantisation for the whole process: sessions share it and
+    it batches their requests."""
+    from model.engine import Engine
+
+    key = (model, quantize)
+    if key not in _ENGINES:
+        _ENGINES[key] = Engine.from_pretrained(model, quantize=quantize)
+    return _ENGINES[key]
+
+
+class Session:
+    def __init__(self, config: SessionConfig, agent: Agent, log: SessionLog, workspace: Workspace,
+                 checkpoints: CheckpointStore | None) -> None:
+        self.config, self.agent, self.log, self.workspace = config, agent, log, workspace
+        self.checkpoints = checkpoints
+        self.id = log.session_id
+        self._turn: asyncio.Task | None = None
+
+    @classmethod
+    async def create(
+        cls,
+        config: SessionConfig,
+        *,
+        events: Any = None,
+        policy: Policy | None = None,
+        ask: Callable[..., Awaitable[str]] | None = None,
+        workspace: Workspace | None = None,
+        tools: ToolRegistry | None = None,
+    ) -> Session:
+        root = Path(config.workspace).expanduser().resolve()
+        workspace = workspace or Workspace(root)
+        if policy is None:
+            if config.endpoint:
+                policy = EndpointPolicy(config.endpoint, model=config.model, api_key=config.api_key)
+            else:
+                engine = await asyncio.to_thread(_shared_engine, config.model, config.quantize)
+                policy = EnginePolicy(engine)
+        tools = tools or default_tools()
+        permissions: PermissionPolicy = rollout_policy() if config.auto_allow else load_policy(root)
+        system = system_prompt(root)
+        log = SessionLog.open(
+            root, model={"id": policy.model_id, "backend": "endpoint" if config.endpoint else "engine"},
+            sampler={"temperature": config.loop.temperature, "max_tokens": config.loop.max_tokens_per_step},
+            tools=tools.openai_tools(), system_prompt=system, log_dir=config.log_dir,
+        )
+        checkpoints = CheckpointStore(root) if config.checkpoints else None
+        agent = Agent(
+            policy, tools, ToolContext(workspace), system=system, config=config.loop, permissions=permissions,
+            ask=ask, checkpoints=checkpoints, log=log, events=events,
+        )
+        return cls(config, agent, log, workspace, checkpoints)
+
+    @property
+    def log_path(self) -> Path:
+        return self.log.path
+
+    @property
+    def last_checkpoint(self) -> str | None:
+        return self.agent.last_checkpoint
+
+    async def prompt(self, text: str) -> TurnResult:
+        """Runs one turn; a second prompt while one runs is refused (ACP allows one at a time)."""
+        if self._turn is not None and not self._turn.done():
+            raise RuntimeError("a prompt is already running in this session; cancel it first")
+        self._turn = asyncio.ensure_future(self.agent.run_turn(text))
+        return await asyncio.shield(self._turn)
+
+    def cancel(self) -> None:
+        if self._turn is not None and not self._turn.done():
+            self._turn.cancel()
+
+    def restore(self, checkpoint_id: str) -> Any:
+        if self.checkpoints is None:
+            raise RuntimeError("checkpoints are off in this session")
+        result = self.checkpoints.restore(checkpoint_id)
+        self.log.write("restore", checkpoint_id=checkpoint_id, by="user")
+        return result
+
+    def close(self) -> None:
+        self.log.close()

@@ -1,0 +1,350 @@
+"""Session logs: one JSONL file per session recording everything training needs to replay and
+score it (the trajectory). `agent/` writes them, `training/` reads them; the record shapes are
+the JSON Schema in agent/schemas/session_log.schema.json.
+
+    log = SessionLog.open(workspace, model={"id": "composer-mini", "weight_version": 3},
+                          sampler={"temperature": 1.0}, tools=registry.openai_tools(),
+                          system_prompt=prompt)             # writes the `session` header
+    log.write("user_message", text="fix the test")
+    log.write("model_call", prompt_token_ids=[...], completion_token_ids=[...], logprobs=[...],
+              text="...", finish_reason="tool_calls")
+    log.write("tool_call", call_id="c1", name="read_file", arguments={"path": "a.py"},
+              result="...", error=None, duration_s=0.01, group=0)
+    log.close()                                             # fsync
+    SessionLog.reopen(log.path).write("outcome", signal="tests_passed", value=True)  # later
+    records = read_session(log.path)
+
+Where: `$COMPOSER_LOG_DIR/<workspace-slug>/<session-id>.jsonl`, else
+`$XDG_DATA_HOME/composer/sessions/...`, else `~/.local/share/composer/sessions/...`.
+
+Guarantees: files are only ever appended to (O_APPEND, one write per record, so a record is in
+the kernel once `write` returns and survives a crash of the process; fsync at close); a record
+torn by a crash is skipped by the reader with a warning, and a writer that reopens the file
+first ends the torn line so later records stay readable. Strings are redacted
+(agent/redact.py) before they are written; token ids are not (they are what training needs).
+Records are validated against the schema when `validate=True`, when $COMPOSER_LOG_VALIDATE=1, or
+under pytest, so every test that writes a log checks it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+import re
+import secrets
+import subprocess
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import Any
+
+import jsonschema
+
+from agent.redact import redact_obj
+from agent.tools.base import truncate
+
+SCHEMA_VERSION = 1
+SCHEMA_PATH = Path(__file__).parent / "schemas" / "session_log.schema.json"
+RECORD_TYPES = ("session", "user_message", "model_call", "tool_call", "permission", "edit_review",
+                "checkpoint", "restore", "final_diff", "outcome", "error", "cancelled")
+MAX_RESULT_CHARS = 50_000
+"""Tool results longer than this are cut in the log (the model may have seen more)."""
+
+_NOT_REDACTED = frozenset({"type", "session_id", "call_id", "model_call_id", "message_id",
+                           "checkpoint_id", "backup_id", "base_checkpoint_id", "base_commit",
+                           "system_prompt_hash", "group", "task_id", "parent_session_id", "git",
+                           "workspace", "option_id", "prompt_token_ids", "completion_token_ids",
+                           "logprobs", "routed_experts"})
+"""Ids, hashes and numbers: never secrets, and redacting them would only cost time."""
+
+
+class SessionLogError(ValueError):
+    """A record that does not match the schema, or a log that cannot be opened as asked."""
+
+
+class SessionLogWarning(UserWarning):
+    """A line of a log that could not be read (a crash mid-write) and was skipped."""
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    path: Path
+    session_id: str
+    workspace: str | None
+    started: float | None
+    model: str | None
+
+
+def default_log_dir() -> Path:
+    """The root under which sessions are grouped by workspace."""
+    if os.environ.get("COMPOSER_LOG_DIR"):
+        return Path(os.environ["COMPOSER_LOG_DIR"]).expanduser()
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data).expanduser() / "composer" / "sessions"
+
+
+def workspace_slug(workspace: str | PurePath) -> str:
+    """`<folder name>-<10 hex of the absolute path's sha256>`: readable and unique per path."""
+    path = str(Path(workspace).expanduser().resolve())
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(path).name).strip("-.") or "root"
+    return f"{name[:40]}-{hashlib.sha256(path.encode()).hexdigest()[:10]}"
+
+
+def new_session_id() -> str:
+    """Sortable by start time: `20260801T120000Z-1a2b3c4d`."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(4)
+
+
+@functools.cache
+def load_schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+@functools.cache
+def _validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(load_schema())
+
+
+def validate_record(record: dict[str, Any]) -> None:
+    """Raises SessionLogError naming the record type, the field and the problem."""
+    errors = list(_validator().iter_errors(record))
+    specific = [e for e in errors if e.validator != "unevaluatedProperties"]  # a failed `then` leaves all unevaluated
+    if errors:
+        error = jsonschema.exceptions.best_match(specific or errors)
+        where = "/".join(str(p) for p in error.absolute_path) or "(record)"
+        raise SessionLogError(f"invalid {record.get('type')!r} record at {where}: {error.message}")
+    logprobs, tokens = record.get("logprobs"), record.get("completion_token_ids")
+    if record["type"] == "model_call" and logprobs is not None and len(logprobs) != len(tokens):
+        raise SessionLogError(f"model_call has {len(logprobs)} logprobs for {len(tokens)} completion tokens")
+
+
+def git_info(workspace: str | PurePath) -> dict[str, Any] | None:
+    """The workspace's git commit, branch and whether it has uncommitted changes; None outside
+    a git repository (or without git)."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(workspace), *args], capture_output=True,
+                                  text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "--verify", "-q", "HEAD")
+    if commit is None and git("rev-parse", "--git-dir") is None:
+        return None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "branch": git("symbolic-ref", "-q", "--short", "HEAD"),
+            "dirty": bool(status)}
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN/Infinity: non-finite floats (a -inf logprob) become null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, PurePath):
+        return str(value)
+    if isinstance(value, set | frozenset):
+        return sorted(value)
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable: {value!r:.80}")
+
+
+def _encode(record: dict[str, Any]) -> bytes:
+    try:
+        text = json.dumps(record, separators=(",", ":"), allow_nan=False, default=_json_default)
+    except ValueError:
+        text = json.dumps(_finite(record), separators=(",", ":"), default=_json_default)
+    return text.encode() + b"\n"
+
+
+def _last_seq(path: Path) -> int:
+    """The seq of the last readable record, -1 for an empty file. Reads only the tail."""
+    size = path.stat().st_size
+    block = 1 << 20
+    while True:
+        with open(path, "rb") as f:
+            f.seek(max(0, size - block))
+            lines = f.read().split(b"\n")
+        if block < size:
+            lines = lines[1:]  # the first line of a tail is partial
+        for line in reversed(lines):
+            try:
+                return int(json.loads(line)["seq"])
+            except (ValueError, KeyError, TypeError):
+                continue
+        if block >= size:
+            return -1
+        block *= 8
+
+
+class SessionLog:
+    """An append-only writer of one session's records. Use `open` (new session) or `reopen`."""
+
+    def __init__(self, path: Path, session_id: str, *, new: bool, validate: bool | None = None,
+                 redact: bool = True, max_result_chars: int = MAX_RESULT_CHARS) -> None:
+        self.path = Path(path)
+        self.session_id = session_id
+        self.validate = validate if validate is not None else (
+            os.environ.get("COMPOSER_LOG_VALIDATE") == "1" or "PYTEST_CURRENT_TEST" in os.environ)
+        self.redact = redact
+        self.max_result_chars = max_result_chars
+        self._lock = threading.Lock()
+        if new:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
+            self._seq = 0
+        else:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
+            self._seq = _last_seq(self.path) + 1
+            size = os.fstat(self._fd).st_size
+            if size and os.pread(self._fd, 1, size - 1) != b"\n":
+                os.write(self._fd, b"\n")  # end a line torn by a crash; the reader skips it
+
+    @classmethod
+    def open(cls, workspace: str | PurePath, *, model: dict[str, Any], sampler: dict[str, Any],
+             tools: list[dict[str, Any]], system_prompt: str, session_id: str | None = None,
+             log_dir: str | PurePath | None = None, validate: bool | None = None,
+             redact: bool = True, **header: Any) -> SessionLog:
+        """Starts a new session file and writes its `session` header. `header` adds optional
+        header fields (client, task_id, parent_session_id, composer_version, git)."""
+        workspace = Path(workspace).expanduser().resolve()
+        session_id = session_id or new_session_id()
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", session_id):
+            raise SessionLogError(f"session id {session_id!r} must be letters, digits, '.', '_' or '-'")
+        root = Path(log_dir) if log_dir is not None else default_log_dir()
+        path = root / workspace_slug(workspace) / f"{session_id}.jsonl"
+        if path.exists():
+            raise SessionLogError(f"session log {path} already exists; use SessionLog.reopen to append")
+        if "git" not in header:
+            header["git"] = git_info(workspace)
+        log = cls(path, session_id, new=True, validate=validate, redact=redact)
+        try:
+            log.write("session", workspace=str(workspace), model=model, sampler=sampler, tools=tools,
+                      system_prompt_hash="sha256:" + hashlib.sha256(system_prompt.encode()).hexdigest(),
+                      system_prompt=system_prompt, **header)
+        except BaseException:  # a bad header: leave no headless file behind
+            log.close()
+            path.unlink()
+            raise
+        return log
+
+    @classmethod
+    def reopen(cls, path: str | PurePath, *, validate: bool | None = None,
+               redact: bool = True) -> SessionLog:
+        """Appends to an existing session (outcomes known after it ended), continuing its seq."""
+        path = Path(path)
+        if not path.is_file():
+            raise SessionLogError(f"no session log at {path}")
+        header = next(iter(read_session(path, limit=1)), None)
+        session_id = header["session_id"] if header else path.stem
+        return cls(path, session_id, new=False, validate=validate, redact=redact)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def write(self, type: str, /, **fields: Any) -> dict[str, Any]:
+        """Appends one record and returns it as written (redacted, truncated)."""
+        if self.closed:
+            raise SessionLogError(f"session log {self.path} is closed; reopen it to append")
+        if type not in RECORD_TYPES:
+            raise SessionLogError(f"unknown record type {type!r}; known: {', '.join(RECORD_TYPES)}")
+        if reserved := fields.keys() & {"version", "session_id", "seq", "time"}:
+            raise SessionLogError(f"{', '.join(sorted(reserved))} are set by the log, not by write()")
+        with self._lock:
+            return self._write(type, fields)
+
+    def _write(self, type: str, fields: dict[str, Any]) -> dict[str, Any]:
+        record = {"type": type, "version": SCHEMA_VERSION, "session_id": self.session_id,
+                  "seq": self._seq, "time": round(time.time(), 6), **fields}
+        if type == "tool_call":
+            record = self._cut_result(record)
+        if self.redact:
+            args = record.get("arguments")
+            source = args.get("path") if isinstance(args, dict) and isinstance(args.get("path"), str) else None
+            record = redact_obj(record, _NOT_REDACTED, path=source)
+        if self.validate:
+            validate_record(record)
+        data = _encode(record)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view):]
+        self._seq += 1
+        return record
+
+    def _cut_result(self, record: dict[str, Any]) -> dict[str, Any]:
+        result = record.get("result")
+        if isinstance(result, str) and len(result) > self.max_result_chars:
+            cut, _ = truncate(result, self.max_result_chars, "The log keeps the head of the result.")
+            record.update(result=cut, truncated=True, result_chars=len(result))
+        return record
+
+    def close(self) -> None:
+        if not self.closed:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> SessionLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", -1) >= 0:
+            os.close(self._fd)
+
+
+def read_session(path: str | PurePath, limit: int | None = None) -> list[dict[str, Any]]:
+    """The records of a session file, in order. Lines that are not complete JSON objects (a
+    record torn by a crash) are skipped with a SessionLogWarning."""
+    records: list[dict[str, Any]] = []
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            if limit is not None and len(records) >= limit:
+                break
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict):
+                    raise ValueError("not an object")
+            except ValueError:
+                torn = "torn last line" if not line.endswith(b"\n") else "unreadable line"
+                warnings.warn(f"{path}:{number}: skipping {torn} ({len(line)} bytes; "
+                              "the writer probably crashed mid-record)", SessionLogWarning, stacklevel=2)
+                continue
+            records.append(record)
+    return records
+
+
+def list_sessions(workspace: str | PurePath | None = None,
+                  log_dir: str | PurePath | None = None) -> list[SessionInfo]:
+    """Sessions under the log directory (of one workspace, when given), oldest first."""
+    root = Path(log_dir) if log_dir is not None else default_log_dir()
+    folders = [root / workspace_slug(workspace)] if workspace is not None else sorted(root.glob("*"))
+    found = []
+    for folder in folders:
+        for path in sorted(folder.glob("*.jsonl")):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", SessionLogWarning)
+                header = next(iter(read_session(path, limit=1)), {})
+            model = header.get("model")
+            found.append(SessionInfo(path, header.get("session_id", path.stem), header.get("workspace"),
+                                     header.get("time"), model.get("id") if isinstance(model, dict) else None))
+    return sorted(found, key=lambda s: (s.started or 0.0, s.session_id))

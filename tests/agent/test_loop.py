@@ -1,0 +1,154 @@
+"""The agent loop with a scripted policy (a test double for the model): parallel read-only calls
+overlap, writes to one file do not, cancellation stops a running tool, limits, context
+shortening, permission outcomes and malformed calls."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from agent.loop import SHORTENED_NOTE, Agent, LoopConfig
+from agent.permissions import PermissionPolicy
+from agent.policy import Reply
+from agent.tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
+from agent.workspace import Workspace
+from model.toolcalls import ToolCall, ToolCallError
+
+SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}, "seconds": {"type": "number"}}}
+
+
+class ScriptedPolicy:
+    """Replies from a script, one per model call; records the messages it was shown."""
+
+    model_id = "scripted"
+
+    def __init__(self, replies: list[Reply], context_window: int = 100_000) -> None:
+        self.replies = list(replies)
+        self.context_window = context_window
+        self.seen: list[list[dict]] = []
+
+    def count_tokens(self, messages, tools) -> int:
+        return sum(len(str(m.get("content") or "")) for m in messages) // 4
+
+    async def complete(self, messages, tools, *, max_tokens, temperature=0.0, on_text=None) -> Reply:
+        self.seen.append([dict(m) for m in messages])
+        reply = self.replies.pop(0) if self.replies else Reply("done", [], "stop")
+        if on_text and reply.content:
+            on_text(reply.content)
+        return reply
+
+
+class Sleepy:
+    """A tool that sleeps and records when it ran."""
+
+    def __init__(self, name: str, read_only: bool, log: list) -> None:
+        self.spec = ToolSpec(name, "sleeps", SCHEMA, read_only=read_only, kind="read" if read_only else "edit")
+        self.log = log
+
+    def paths(self, args):
+        return [args["path"]] if "path" in args else None
+
+    async def run(self, args, ctx) -> ToolResult:
+        start = time.perf_counter()
+        try:
+            await asyncio.sleep(args.get("seconds", 0.2))
+        finally:
+            self.log.append((self.spec.name, args.get("path"), start, time.perf_counter()))
+        return ToolResult(output="x" * 2000)
+
+
+def calls(*specs) -> Reply:
+    return Reply("", [ToolCall(name, args) for name, args in specs], "tool_calls")
+
+
+def make_agent(tmp_path, replies, **kwargs):
+    log: list = []
+    registry = ToolRegistry([Sleepy("look", True, log), Sleepy("write", False, log), Sleepy("shell", False, log)])
+    events: list[dict] = []
+
+    class Sink:
+        async def emit(self, update):
+            events.append(update)
+
+    policy = ScriptedPolicy(replies, kwargs.pop("context_window", 100_000))
+    agent = Agent(policy, registry, ToolContext(Workspace(tmp_path)), system="sys", events=Sink(), **kwargs)
+    return agent, policy, log, events
+
+
+def overlapped(a, b) -> bool:
+    return a[2] < b[3] and b[2] < a[3]
+
+
+async def test_read_only_calls_run_in_parallel(tmp_path):
+    agent, _, log, events = make_agent(tmp_path, [calls(*[("look", {"seconds": 0.3})] * 4)])
+    started = time.perf_counter()
+    result = await agent.run_turn("go")
+    assert time.perf_counter() - started < 0.9  # four 0.3 s calls side by side
+    assert result.stop_reason == "end_turn" and result.tool_calls == 4
+    assert all(overlapped(log[0], other) for other in log[1:])
+    kinds = [e["sessionUpdate"] for e in events]
+    assert kinds.count("tool_call") == 4 and "agent_message_chunk" in kinds
+
+
+async def test_writes_to_one_file_are_serialised_and_a_shell_command_runs_alone(tmp_path):
+    agent, _, log, _ = make_agent(tmp_path, [calls(
+        ("write", {"path": "a.py"}), ("write", {"path": "a.py"}), ("write", {"path": "b.py"}),
+    ), calls(("write", {"path": "c.py"}), ("shell", {}), ("write", {"path": "d.py"}))])
+    await agent.run_turn("go")
+    first = [entry for entry in log if entry[1] in ("a.py", "b.py")]
+    a1, a2 = [entry for entry in first if entry[1] == "a.py"]
+    b = next(entry for entry in first if entry[1] == "b.py")
+    assert not overlapped(a1, a2) and (overlapped(a1, b) or overlapped(a2, b))
+    shell = next(entry for entry in log if entry[0] == "shell")
+    assert not any(overlapped(shell, e) for e in log if e[1] in ("c.py", "d.py"))
+
+
+async def test_cancelling_the_turn_stops_a_running_tool(tmp_path):
+    agent, _, log, _ = make_agent(tmp_path, [calls(("shell", {"seconds": 30}))])
+    task = asyncio.create_task(agent.run_turn("go"))
+    await asyncio.sleep(0.2)
+    task.cancel()
+    result = await task
+    assert result.stop_reason == "cancelled"
+    assert log and log[0][3] - log[0][2] < 5  # the tool's sleep was interrupted
+
+
+async def test_step_limit(tmp_path):
+    agent, _, _, _ = make_agent(tmp_path, [calls(("look", {"seconds": 0}))] * 10, config=LoopConfig(max_steps=3))
+    result = await agent.run_turn("go")
+    assert result.stop_reason == "max_turn_requests" and result.steps == 3
+
+
+async def test_old_tool_outputs_are_shortened_first_when_the_context_fills(tmp_path):
+    replies = [calls(("look", {"seconds": 0})) for _ in range(6)]
+    config = LoopConfig(max_tokens_per_step=200, shortened_chars=100)
+    agent, policy, _, _ = make_agent(tmp_path, replies, context_window=2000, config=config)
+    await agent.run_turn("go")
+    last = policy.seen[-1]
+    tool_messages = [m for m in last if m["role"] == "tool"]
+    assert tool_messages[0]["content"].endswith(SHORTENED_NOTE)
+    assert not tool_messages[-1]["content"].endswith(SHORTENED_NOTE)  # the newest stays whole
+    assert last[0]["content"] == "sys" and last[1]["content"] == "go"
+
+
+async def test_permission_refusal_reaches_the_model(tmp_path):
+    asked = []
+
+    async def person(tool, args, decision):
+        asked.append(tool)
+        return "reject_once"
+
+    permissions = PermissionPolicy([{"tool": "write", "action": "ask"}], default="allow")
+    agent, policy, log, _ = make_agent(tmp_path, [calls(("write", {"path": "x"}), ("look", {"seconds": 0}))],
+                                       permissions=permissions, ask=person)
+    await agent.run_turn("go")
+    tool_messages = [m for m in policy.seen[-1] if m["role"] == "tool"]
+    assert "did not allow write" in tool_messages[0]["content"]
+    assert [entry[0] for entry in log] == ["look"] and asked == ["write"]
+
+
+async def test_malformed_tool_calls_are_reported_back(tmp_path):
+    bad = Reply("", [], "stop", tool_call_errors=[ToolCallError(0, "tool call 1 is not valid JSON", "{")])
+    agent, policy, _, _ = make_agent(tmp_path, [bad])
+    await agent.run_turn("go")
+    assert any("not valid JSON" in str(m.get("content")) for m in policy.seen[-1])
