@@ -37,8 +37,10 @@ class LoopConfig:
     max_tokens_per_step: int = 1024
     """Most tokens one model call may generate."""
     temperature: float = 0.0
-    tool_result_chars: int = 20_000
-    """A tool result longer than this is cut before the model sees it."""
+    tool_result_chars: int = 40_000
+    """A safety net above the tools' own caps (which keep what matters, e.g. a log's tail)."""
+    max_diff_chars: int = 200_000
+    """The turn's final diff is cut to this in the session log."""
     shortened_chars: int = 400
     """What is kept of an old tool result when the context fills up."""
 
@@ -106,6 +108,7 @@ class Agent:
         self.permissions, self.ask, self.checkpoints = permissions, ask, checkpoints
         self.log, self.events = log, events
         self.last_checkpoint: str | None = None
+        self._turn_base: str | None = None
         self.messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         self._locks = _WriteLocks()
         self._emitting: asyncio.Future | None = None
@@ -119,6 +122,7 @@ class Agent:
         self.messages.append({"role": "user", "content": text})
         self._log("user_message", text=text)
         result = TurnResult(stop_reason="end_turn")
+        self._turn_base = None
         try:
             return await self._steps(result)
         except asyncio.CancelledError:
@@ -127,6 +131,15 @@ class Agent:
             return result
         finally:
             await self.flush_events()
+            await self._log_final_diff()
+
+    async def _log_final_diff(self) -> None:
+        """The turn's changes, from the checkpoint before its first write to now."""
+        if self.checkpoints is None or self._turn_base is None or self.log is None:
+            return
+        diff = await asyncio.to_thread(self.checkpoints.unified_diff, self._turn_base)
+        cut = len(diff) > self.config.max_diff_chars
+        self._log("final_diff", diff=diff[: self.config.max_diff_chars], base_checkpoint_id=self._turn_base, truncated=cut)
 
     async def _steps(self, result: TurnResult) -> TurnResult:
         for step in range(self.config.max_steps):
@@ -187,6 +200,7 @@ class Agent:
         if self.checkpoints is not None and any(ok and not self._read_only(c) for ok, c in zip(allowed, calls)):
             checkpoint = await asyncio.to_thread(self.checkpoints.create, f"before {', '.join(c.name for c in calls)}")
             self.last_checkpoint = checkpoint.id
+            self._turn_base = self._turn_base or checkpoint.id
             self._log("checkpoint", checkpoint_id=checkpoint.id, label=checkpoint.label)
         results = await asyncio.gather(*(self._run_one(c, ok, group) for c, ok in zip(calls, allowed)))
         for call, result in zip(calls, results):

@@ -152,3 +152,25 @@ async def test_malformed_tool_calls_are_reported_back(tmp_path):
     agent, policy, _, _ = make_agent(tmp_path, [bad])
     await agent.run_turn("go")
     assert any("not valid JSON" in str(m.get("content")) for m in policy.seen[-1])
+
+
+async def test_a_turn_that_writes_logs_its_final_diff_and_can_be_undone(tmp_path):
+    from agent.checkpoints import CheckpointStore
+    from agent.session_log import SessionLog, read_session
+    from agent.tools.files import file_tools
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+    registry = ToolRegistry(file_tools())
+    edit = Reply("", [ToolCall("edit_file", {"path": "a.py", "old_string": "x = 1", "new_string": "x = 2"})], "tool_calls")
+    log = SessionLog.open(tmp_path, model={"id": "scripted"}, sampler={}, tools=[], system_prompt="sys",
+                          log_dir=tmp_path / "logs")
+    store = CheckpointStore(tmp_path)
+    agent = Agent(ScriptedPolicy([edit]), registry, ToolContext(Workspace(tmp_path)), system="sys",
+                  checkpoints=store, log=log)
+    await agent.run_turn("change x")
+    log.close()
+    assert (tmp_path / "a.py").read_text() == "x = 2\n"
+    final = [r for r in read_session(log.path) if r["type"] == "final_diff"]
+    assert final and "-x = 1" in final[0]["diff"] and "+x = 2" in final[0]["diff"]
+    store.restore(agent.last_checkpoint)
+    assert (tmp_path / "a.py").read_text() == "x = 1\n"
