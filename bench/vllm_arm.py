@@ -16,6 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main() -> None:
+    # A fixed KV cache: by default vLLM sizes it to most of the free memory, which fails beside
+    # the benchmark process that started this one.
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
     from vllm import LLM, SamplingParams
 
     from bench.workloads import chat_prompt, long_prompt
@@ -24,8 +27,12 @@ def main() -> None:
     dtype = os.environ.get("VLLM_BENCH_DTYPE", "bfloat16")
     llm = LLM(model=model_dir, dtype=dtype, max_model_len=4096, seed=0)
     tok = llm.get_tokenizer()
-    prompt = tok.apply_chat_template(chat_prompt(), add_generation_prompt=True, tokenize=True)
-    long_ids = tok.apply_chat_template(long_prompt(), add_generation_prompt=True, tokenize=True)
+
+    def encode(messages):
+        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return tok.encode(text, add_special_tokens=False)
+
+    prompt, long_ids = encode(chat_prompt()), encode(long_prompt())
 
     def run(prompts, n):
         params = SamplingParams(max_tokens=n, min_tokens=n, temperature=0.0, ignore_eos=True)
