@@ -109,7 +109,8 @@ def vllm_arm(python: str, model_dir: Path, n_decode: int) -> dict | None:
     if done.returncode != 0:
         print(f"vLLM arm failed:\n{done.stderr[-3000:]}", file=sys.stderr)
         return None
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    # vLLM logs to stdout too: the result is the last line that is a JSON object.
+    return json.loads(next(line for line in reversed(done.stdout.splitlines()) if line.startswith("{")))
 
 
 def int4_agreement(fp32: Engine, int4: Engine, tok) -> dict:
