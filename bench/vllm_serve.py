@@ -27,18 +27,11 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.workloads import READ_FILE_TOOL  # noqa: E402
 from model.client import OpenAICompatibleClient  # noqa: E402
 from model.home import ensure_default_model  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "vllm_serve.json"
-READ_FILE = {
-    "type": "function",
-    "function": {
-        "name": "read_file",
-        "description": "Read a file of the workspace.",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
-    },
-}
 
 
 async def wait_healthy(base: str, deadline: float) -> None:
@@ -66,7 +59,7 @@ async def exercise(base: str) -> dict:
         streamed = "".join([d.content or "" async for d in client.stream_chat(hello, max_tokens=32, temperature=0.0)])
         report["stream_equals_chat"] = streamed == result.content
         ask = [{"role": "user", "content": "Show me what is in setup.py"}]
-        tools = await client.chat(ask, tools=[READ_FILE], tool_choice="required", max_tokens=64, temperature=0.0)
+        tools = await client.chat(ask, tools=[READ_FILE_TOOL], tool_choice="required", max_tokens=64, temperature=0.0)
         report["tool_call"] = [{"name": c.name, "arguments": c.arguments} for c in tools.tool_calls]
     return report
 

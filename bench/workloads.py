@@ -37,3 +37,14 @@ def edit_rewrite_prompt(tok) -> list[int]:
         }
     ]
     return tok.encode_chat(messages) + tok.encode("```python\n")
+
+
+READ_FILE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a file of the workspace.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    },
+}
+"""The one-tool request the tool-call checks make (engine, server, vLLM)."""

@@ -15,18 +15,10 @@ from model.sampling import SamplingParams
 from model.toolcalls import parse_tool_calls
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.workloads import chat_prompt, edit_rewrite_prompt
+from bench.workloads import READ_FILE_TOOL, chat_prompt, edit_rewrite_prompt
 
 pytestmark = pytest.mark.slow
 
-READ_FILE = {
-    "type": "function",
-    "function": {
-        "name": "read_file",
-        "description": "Read a file of the workspace.",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
-    },
-}
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +61,9 @@ async def test_streamed_text_equals_generated_text(engine):
 def test_constrained_tool_call_from_the_real_model(engine):
     tok = engine.tokenizer
     messages = [{"role": "user", "content": "Show me what is in setup.py"}]
-    prompt = tok.encode_chat(messages, tools=[READ_FILE])
+    prompt = tok.encode_chat(messages, tools=[READ_FILE_TOOL])
     for max_tokens in (200, 64):  # ample, and a budget that forces the call to close early
-        params = SamplingParams(max_tokens=max_tokens, constraint=engine.tool_call_constraint([READ_FILE], "required"))
+        params = SamplingParams(max_tokens=max_tokens, constraint=engine.tool_call_constraint([READ_FILE_TOOL], "required"))
         [out] = engine.generate([prompt], params)
         parsed = parse_tool_calls(out.text)
         assert not [e for e in parsed.errors], (out.text, parsed.errors)
