@@ -196,8 +196,12 @@ class Agent:
         group = uuid.uuid4().hex[:12]
         for call in calls:
             self._emit(ev.tool_call(call.id, self._title(call), self._kind(call), call.arguments, self._locations(call)))
-        allowed = [await self._permitted(call) for call in calls]
-        if self.checkpoints is not None and any(ok and not self._read_only(c) for ok, c in zip(allowed, calls)):
+        # A call the registry would refuse (unknown tool, arguments off the schema) is not put
+        # to the person: it fails with the registry's message for the model.
+        valid = [self.tools.check(c.name, c.arguments) is None for c in calls]
+        allowed = [not ok or await self._permitted(c) for ok, c in zip(valid, calls)]
+        writes = any(ok and fine and not self._read_only(c) for ok, fine, c in zip(allowed, valid, calls))
+        if self.checkpoints is not None and writes:
             checkpoint = await asyncio.to_thread(self.checkpoints.create, f"before {', '.join(c.name for c in calls)}")
             self.last_checkpoint = checkpoint.id
             self._turn_base = self._turn_base or checkpoint.id
@@ -232,7 +236,7 @@ class Agent:
         else:
             tool = self.tools.get(call.name)
             writes = tool is not None and not tool.spec.read_only
-            async with self._locks.hold(tool.paths(call.arguments)) if writes else contextlib.nullcontext():
+            async with self._locks.hold(self._write_paths(tool, call)) if writes else contextlib.nullcontext():
                 self._emit(ev.tool_call_update(call.id, "in_progress"))
                 result = await self.tools.call(call.name, call.arguments, self.ctx)
         self._emit(ev.tool_call_update(
@@ -250,6 +254,16 @@ class Agent:
 
     # ---- helpers ---------------------------------------------------------------------------------
 
+    @staticmethod
+    def _write_paths(tool, call: ToolCall) -> list[str] | None:
+        """The paths a write call locks; arguments of the wrong shape lock nothing, since the
+        registry refuses them before the tool runs."""
+        try:
+            paths = tool.paths(call.arguments)
+        except Exception:
+            return []
+        return None if paths is None else [p for p in paths if isinstance(p, str)]
+
     def _read_only(self, call: ToolCall) -> bool:
         tool = self.tools.get(call.name)
         return tool is None or tool.spec.read_only
@@ -260,7 +274,7 @@ class Agent:
 
     @staticmethod
     def _title(call: ToolCall) -> str:
-        args = call.arguments
+        args = call.arguments if isinstance(call.arguments, dict) else {}
         detail = args.get("path") or args.get("pattern") or args.get("command") or ""
         return f"{call.name} {detail}".strip()[:200]
 
@@ -271,7 +285,7 @@ class Agent:
             return None
 
     def _locations(self, call: ToolCall) -> list[dict]:
-        path = call.arguments.get("path")
+        path = call.arguments.get("path") if isinstance(call.arguments, dict) else None
         absolute = self._absolute(path) if isinstance(path, str) else None
         return [ev.location(absolute)] if absolute else []
 

@@ -143,15 +143,21 @@ class ToolRegistry:
     def openai_tools(self) -> list[dict[str, Any]]:
         return [spec.to_openai() for spec in self.specs()]
 
+    def check(self, name: str, args: Any) -> str | None:
+        """What is wrong with a call before it runs (unknown tool, arguments off the schema), for
+        the model; None when it may run."""
+        tool = self._tools.get(name)
+        if tool is None:
+            return f"there is no tool named {name!r}; available tools: {', '.join(self._tools)}"
+        return _schema_error(tool.spec, args)
+
     async def call(self, name: str, args: Any, ctx: ToolContext) -> ToolResult:
         """Validates and runs one call. Unknown tools, bad arguments, ToolErrors and unexpected
         exceptions all come back as a ToolResult with `error` set."""
-        tool = self._tools.get(name)
-        if tool is None:
-            return ToolResult(error=f"there is no tool named {name!r}; available tools: {', '.join(self._tools)}")
-        problem = _schema_error(tool.spec, args)
+        problem = self.check(name, args)
         if problem is not None:
             return ToolResult(error=problem)
+        tool = self._tools[name]
         started = time.perf_counter()
         try:
             result = await tool.run(args, ctx)

@@ -174,3 +174,22 @@ async def test_a_turn_that_writes_logs_its_final_diff_and_can_be_undone(tmp_path
     assert final and "-x = 1" in final[0]["diff"] and "+x = 2" in final[0]["diff"]
     store.restore(agent.last_checkpoint)
     assert (tmp_path / "a.py").read_text() == "x = 1\n"
+
+
+async def test_arguments_of_the_wrong_shape_are_refused_not_fatal(tmp_path):
+    from agent.permissions import default_editor_policy
+    from agent.tools.files import file_tools
+
+    bad = Reply("", [
+        ToolCall("edit_file", {"path": {"type": "string"}, "old_string": 1, "new_string": []}),
+        ToolCall("read_file", {"path": ["a", "b"]}),
+        ToolCall("write_file", "not an object"),  # type: ignore[arg-type]
+    ], "tool_calls")
+    policy = ScriptedPolicy([bad])
+    agent = Agent(policy, ToolRegistry(file_tools()), ToolContext(Workspace(tmp_path)), system="sys",
+                  permissions=default_editor_policy(tmp_path))
+    result = await agent.run_turn("go")
+    assert result.stop_reason == "end_turn"
+    tool_messages = [m for m in policy.seen[-1] if m["role"] == "tool"]
+    assert len(tool_messages) == 3 and all("invalid arguments" in m["content"] or "must be a JSON object" in m["content"]
+                                           for m in tool_messages)
