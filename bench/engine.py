@@ -43,6 +43,8 @@ def ours(engine: Engine, tok, n_decode: int, n_edit: int) -> dict:
     engine.generate([prompt], SamplingParams(max_tokens=8))  # warm up
     [out] = engine.generate([prompt], SamplingParams(max_tokens=n_decode, ignore_eos=True, speculative=False))
     res["decode-1"] = len(out.token_ids) / out.decode_seconds
+    [out] = engine.generate([prompt], SamplingParams(max_tokens=n_decode, ignore_eos=True))
+    res["decode-1-default"] = len(out.token_ids) / out.decode_seconds  # prompt lookup on
     outs = engine.generate([prompt] * 8, SamplingParams(max_tokens=n_decode, ignore_eos=True, speculative=False))
     res["decode-8"] = sum(len(o.token_ids) for o in outs) / max(o.decode_seconds for o in outs)
     long_ids = tok.encode_chat(long_prompt())
@@ -129,6 +131,7 @@ def int4_agreement(fp32: Engine, int4: Engine, tok) -> dict:
 def table(results: dict) -> str:
     rows = [
         ("decode-1", "decode, 1 stream (tok/s)"),
+        ("decode-1-default", "decode, 1 stream, engine defaults: prompt lookup on (tok/s)"),
         ("decode-8", "decode, 8 streams (aggregate tok/s)"),
         ("prefill", f"prefill, {results['composer']['prefill_tokens']} tokens (tok/s)"),
         ("ttft_s", "time to first token, same prompt (s)"),
