@@ -1,10 +1,11 @@
 """Constrained decoding for tool calls: every `<tool_call>` block the model opens is well-formed.
 
 Once the output holds `<tool_call>`, the continuation must be optional whitespace, a JSON object
-`{"name": N, "arguments": <any JSON object>}` (these two keys, in this order; N one of the tool
-names, or without tools any non-empty string free of whitespace and escapes), optional
-whitespace and exactly `</tool_call>`; then free text again. `model.toolcalls.parse_tool_calls`
-reads every such block back without an error. Use from a sampler (`tok`: model/tokenizer.py):
+`{"name": N, "arguments": A}` (in this order; N a tool name, or without tools any non-empty
+string free of whitespace and escapes; A an object whose top level follows N's schema: known
+keys once each, their types, every required key; model/constrained_schema.py), whitespace and
+exactly `</tool_call>`; then free text again. `parse_tool_calls` (model/toolcalls.py) reads
+every such block back without an error. Use from a sampler:
 
     table = TokenTable(tok.token_strings(), eos_token_ids=tok.stop_token_ids,
                        special_token_ids=tok.special_token_ids)      # once per vocabulary
@@ -54,6 +55,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+from model.constrained_schema import ANY, CHAR_TYPE, NUMBER, TYPE_COST, TYPE_FIRST, ArgSchema
 from model.toolcalls import CLOSE_TAG, OPEN_TAG, tool_specs
 
 Mode = Literal["auto", "required", "none"]
@@ -63,13 +65,17 @@ _TEXT, _START, _CALL = 0, 1, 2  # outside calls / required mode before the first
 
 # Grammar symbols. Node layout: (symbol, x, y, cost of the nodes below, node below).
 (_END, _WS, _LIT, _VALUE, _OBJ_OPEN, _OBJ_FIRST, _OBJ_NEXT, _ARR_FIRST, _ARR_NEXT) = range(9)
-(_STR, _ANY_NAME, _NAME, _NUM) = range(9, 13)
+(_STR, _ANY_NAME, _NAME, _NUM, _INUM) = range(9, 14)
+(_ARGS_OPEN, _ARGS_FIRST, _ARGS_NEXT, _KEY, _TVALUE) = range(14, 19)  # schema-aware arguments
 # _WS: x = run length. _LIT: x = literal, y = offset. _VALUE/_OBJ_*/_ARR_*: x = depth.
 # _STR/_ANY_NAME: x = length, y = escape state (0 none, 1 after '\', 2..5 after '\u' + y-2 hex).
-# _NAME: x = prefix of a tool name (JSON-escaped). _NUM: x = number state, y = length.
+# _NAME: x = prefix of a tool name (JSON-escaped). _NUM/_INUM (integer): x = state, y = length.
+# _ARGS_*: x = ArgSchema, y = mask of keys seen. _KEY: x = ArgSchema, y = (mask, key prefix).
+# _TVALUE: x = depth, y = mask of allowed types (model/constrained_schema.py).
 _N_MINUS, _N_ZERO, _N_INT, _N_DOT, _N_FRAC, _N_E, _N_ESIGN, _N_EXP = range(8)
 _NUM_DONE = (False, True, True, False, True, False, False, True)  # may end here
 _ESCAPE_COST = (0, 1, 4, 3, 2, 1)
+_MIDDLE_COST = len(',"arguments":')
 _UNIT_COST = frozenset({_VALUE, _OBJ_FIRST, _OBJ_NEXT, _ARR_FIRST, _ARR_NEXT})
 
 _BOTTOM = (_END, 0, 0, 0, None)
@@ -87,7 +93,7 @@ class _Grammar:
 
     def __init__(
         self,
-        names: Sequence[str] | None,
+        specs: Mapping[str, Mapping[str, Any]] | None,
         no_calls: bool,
         max_string_chars: int,
         max_depth: int,
@@ -98,16 +104,21 @@ class _Grammar:
         self.max_depth = max_depth
         self.max_ws = max_whitespace
         self.names: frozenset[str] | None = None
-        self.name_rest: dict[str, int] = {}  # prefix -> fewest characters to a full name
+        # prefix -> fewest characters to a full name plus its shortest `arguments` object
+        self.name_rest: dict[str, int] = {}
         self.name_next: dict[str, str] = {}  # prefix -> next character toward that name
-        if names:  # an empty list opens no calls (no_calls); its skeleton is never used
-            encoded = [json.dumps(name, ensure_ascii=False)[1:-1] for name in names]
-            self.names = frozenset(encoded)
-            for name in sorted(encoded, key=len, reverse=True):
-                for i in range(len(name) + 1):
-                    self.name_rest[name[:i]] = len(name) - i
-                    if i < len(name):
-                        self.name_next[name[:i]] = name[i]
+        self.schemas: dict[str, ArgSchema | None] = {}  # JSON-escaped name -> its arguments
+        for name, parameters in (specs or {}).items():
+            encoded = json.dumps(name, ensure_ascii=False)[1:-1]
+            schema = self.schemas[encoded] = ArgSchema.from_parameters(parameters)
+            args = 2 if schema is None else schema.open_cost()
+            for i in range(len(encoded) + 1):
+                rest = len(encoded) - i + args
+                if rest < self.name_rest.get(encoded[:i], rest + 1):
+                    self.name_rest[encoded[:i]] = rest
+                    self.name_next[encoded[:i]] = encoded[i] if i < len(encoded) else '"'
+        if specs:  # an empty list opens no calls (no_calls); its skeleton is never used
+            self.names = frozenset(self.schemas)
         self.text_states = tuple((_TEXT, k, None) for k in range(len(OPEN_TAG)))
         self.start_states = tuple((_START, k, None) for k in range(len(OPEN_TAG)))
         self.call_start: State = (_CALL, 0, self._skeleton())
@@ -115,17 +126,34 @@ class _Grammar:
 
     def _skeleton(self) -> tuple:
         """The stack right after `<tool_call>`; the top is the last one pushed."""
-        name = (_NAME, "", 0) if self.names is not None else (_ANY_NAME, 0, 0)
         parts = [
             (_WS, 0, 0), (_LIT, "{", 0), (_WS, 0, 0), (_LIT, '"name"', 0), (_WS, 0, 0),
-            (_LIT, ":", 0), (_WS, 0, 0), (_LIT, '"', 0), name, (_WS, 0, 0), (_LIT, ",", 0),
-            (_WS, 0, 0), (_LIT, '"arguments"', 0), (_WS, 0, 0), (_LIT, ":", 0), (_WS, 0, 0),
-            (_OBJ_OPEN, 0, 0), (_WS, 0, 0), (_LIT, "}", 0), (_WS, 0, 0), (_LIT, CLOSE_TAG, 0),
+            (_LIT, ":", 0), (_WS, 0, 0), (_LIT, '"', 0),
         ]  # fmt: skip
+        if self.names is None:  # any name, any arguments
+            parts += [(_ANY_NAME, 0, 0), *self._middle((_OBJ_OPEN, 0, 0))]
+        else:  # the arguments follow the name: see `_after_name`
+            parts.append((_NAME, "", 0))
+        parts += [(_WS, 0, 0), (_LIT, "}", 0), (_WS, 0, 0), (_LIT, CLOSE_TAG, 0)]
         stack = _BOTTOM
         for symbol, x, y in reversed(parts):
             stack = self.push(stack, symbol, x, y)
         return stack
+
+    @staticmethod
+    def _middle(arguments: tuple) -> list[tuple]:
+        """From after the name's closing quote to the arguments object."""
+        return [
+            (_WS, 0, 0), (_LIT, ",", 0), (_WS, 0, 0), (_LIT, '"arguments"', 0), (_WS, 0, 0),
+            (_LIT, ":", 0), (_WS, 0, 0), arguments,
+        ]  # fmt: skip
+
+    def _after_name(self, name: str, below: tuple) -> tuple:
+        schema = self.schemas[name]
+        arguments = (_OBJ_OPEN, 0, 0) if schema is None else (_ARGS_OPEN, schema, 0)
+        for symbol, x, y in reversed(self._middle(arguments)):
+            below = self.push(below, symbol, x, y)
+        return below
 
     def symbol_cost(self, symbol: int, x: Any, y: int) -> int:
         if symbol in _UNIT_COST:
@@ -137,11 +165,19 @@ class _Grammar:
         if symbol == _ANY_NAME:
             return (2 if x == 0 else 1) + _ESCAPE_COST[y]
         if symbol == _NAME:
-            return self.name_rest[x] + 1
-        if symbol == _NUM:
+            return self.name_rest[x] + 1 + _MIDDLE_COST
+        if symbol in (_NUM, _INUM):
             return 0 if _NUM_DONE[x] else 1
         if symbol == _OBJ_OPEN:
             return 2
+        if symbol == _ARGS_OPEN:
+            return x.open_cost()
+        if symbol in (_ARGS_FIRST, _ARGS_NEXT):
+            return 1 + x.missing(y, symbol == _ARGS_FIRST)
+        if symbol == _KEY:
+            return x.key(y[1], y[0])[0]
+        if symbol == _TVALUE:
+            return TYPE_COST[y]
         return 0  # _WS, _END
 
     def push(self, below: tuple, symbol: int, x: Any = 0, y: int = 0) -> tuple:
@@ -193,10 +229,14 @@ class _Grammar:
                 if ch != x[y]:
                     return None
                 return below if y + 1 == len(x) else (symbol, x, y + 1, below_cost, below)
-            if symbol == _NUM:
+            if symbol == _KEY:
+                return self._step_key(stack, ch)
+            if symbol in (_NUM, _INUM):
                 after = self._step_number(x, y, ch)
+                if symbol == _INUM and after in (_N_DOT, _N_E):
+                    after = None
                 if after is not None:
-                    return (_NUM, after, y + 1, below_cost, below)
+                    return (symbol, after, y + 1, below_cost, below)
                 if not _NUM_DONE[x]:
                     return None
                 stack = below
@@ -205,11 +245,62 @@ class _Grammar:
                 prefix = x + ch
                 if prefix in self.name_rest:
                     return (symbol, prefix, 0, below_cost, below)
-                return below if ch == '"' and x in self.names else None
+                if ch != '"' or x not in self.names:
+                    return None
+                return self._after_name(x, below)
             if symbol == _ARR_FIRST and ch != "]":
                 stack = self.push(self.push(self.push(below, _ARR_NEXT, x), _WS), _VALUE, x)
                 continue
+            if symbol >= _ARGS_OPEN:
+                return self._step_args(symbol, x, y, below, ch)
             return self._step_structure(symbol, x, below, ch)
+
+    def _step_args(self, symbol: int, x: Any, y: Any, below: tuple, ch: str) -> tuple | None:
+        """Schema-aware `arguments` (model/constrained_schema.py): x the schema, y the mask."""
+        if symbol == _TVALUE:
+            return self._start_typed(x, y, below, ch)
+        if symbol == _ARGS_OPEN:
+            return self.push(self.push(below, _ARGS_FIRST, x, 0), _WS) if ch == "{" else None
+        if ch == "}":
+            return below if x.required & ~y == 0 else None
+        if symbol == _ARGS_FIRST and ch == '"':
+            return self.push(below, _KEY, x, (y, "")) if x.key("", y) is not None else None
+        if symbol == _ARGS_NEXT and ch == ",":
+            if x.key("", y) is None:
+                return None
+            return self.push(self.push(self.push(below, _KEY, x, (y, "")), _LIT, '"'), _WS)
+        return None
+
+    def _step_key(self, stack: tuple, ch: str) -> tuple | None:
+        """A top-level key of the arguments: a property not yet written (or, in an open schema,
+        any other key without escapes); its closing quote pushes its typed value."""
+        _, schema, (mask, prefix), below_cost, below = stack
+        key = prefix + ch
+        if key in schema.prefixes and schema.key(key, mask) is not None:
+            return (_KEY, schema, (mask, key), below_cost, below)
+        i = schema.index.get(prefix)
+        if ch == '"' and (i is None or not mask >> i & 1) and (i is not None or schema.open):
+            types = ANY if i is None else schema.types[i]
+            stack = self.push(below, _ARGS_NEXT, schema, mask if i is None else mask | 1 << i)
+            stack = self.push(stack, _WS)
+            stack = (
+                self.push(stack, _VALUE, 1) if types == ANY else self.push(stack, _TVALUE, 1, types)
+            )
+            return self.push(self.push(self.push(stack, _WS), _LIT, ":"), _WS)
+        if not schema.open or ch in '"\\' or ch < " " or len(key) > self.max_string:
+            return None
+        return (_KEY, schema, (mask, key), below_cost, below)
+
+    def _start_typed(self, depth: int, types: int, below: tuple, ch: str) -> tuple | None:
+        if not types & CHAR_TYPE.get(ch, 0):  # digits and '-': number or integer
+            return None
+        if ch in "{[":  # one level past max_depth at most: a typed value must be writable
+            symbol = _OBJ_FIRST if ch == "{" else _ARR_FIRST
+            return self.push(self.push(below, symbol, depth + 1), _WS)
+        stack = self._start_value(depth, below, ch)
+        if stack is not None and stack[0] == _NUM and not types & NUMBER:
+            return (_INUM, *stack[1:])  # integer only
+        return stack
 
     def _step_structure(self, symbol: int, depth: int, below: tuple, ch: str) -> tuple | None:
         if symbol == _VALUE:
@@ -286,19 +377,33 @@ class _Grammar:
         mode, k, stack = state
         if mode != _CALL:
             return OPEN_TAG[k] if mode == _START else None
-        while stack[0] == _WS or (stack[0] == _NUM and _NUM_DONE[stack[1]]):
+        while stack[0] == _WS or (stack[0] in (_NUM, _INUM) and _NUM_DONE[stack[1]]):
             stack = stack[4]
         symbol, x, y = stack[0], stack[1], stack[2]
+        if symbol >= _ARGS_OPEN:
+            return self._next_args_char(symbol, x, y)
         if symbol == _LIT:
             return x[y]
         if symbol == _NAME:
-            return '"' if x in self.names else self.name_next[x]
+            return self.name_next[x]
         if symbol in (_STR, _ANY_NAME):
             if y:
                 return "n" if y == 1 else "0"
             return "f" if symbol == _ANY_NAME and x == 0 else '"'
         closers = {_OBJ_OPEN: "{", _OBJ_FIRST: "}", _OBJ_NEXT: "}", _ARR_FIRST: "]"}
         return closers.get(symbol, "]" if symbol == _ARR_NEXT else "0")  # _VALUE, _NUM: '0'
+
+    @staticmethod
+    def _next_args_char(symbol: int, x: Any, y: Any) -> str:
+        if symbol == _TVALUE:
+            return TYPE_FIRST[y]
+        if symbol == _KEY:
+            return x.key(y[1], y[0])[1]
+        if symbol == _ARGS_OPEN:
+            return "{"
+        if x.required & ~y == 0:
+            return "}"
+        return '"' if symbol == _ARGS_FIRST else ","
 
 
 class TokenTable:
@@ -361,8 +466,8 @@ class ToolCallConstraint:
                 f"max_string_chars={max_string_chars}, max_depth={max_depth} and "
                 f"max_whitespace={max_whitespace} must all be at least 1"
             )
-        names = list(tool_specs(tools)) if tools is not None else None
-        if mode == "required" and names == []:
+        specs = tool_specs(tools) if tools is not None else None
+        if mode == "required" and specs == {}:
             raise ValueError("mode 'required' needs at least one tool, got an empty tools list")
         if isinstance(token_strings, TokenTable):
             table = token_strings
@@ -373,9 +478,9 @@ class ToolCallConstraint:
         self.table = table
         self.mode = mode
         self._grammar = _Grammar(
-            names, mode == "none" or names == [], max_string_chars, max_depth, max_whitespace
+            specs, mode == "none" or specs == {}, max_string_chars, max_depth, max_whitespace
         )
-        self._check_single_chars(names)
+        self._check_single_chars()
         grammar = self._grammar
         self._state: State = (
             grammar.start_states[0] if mode == "required" else grammar.text_states[0]
@@ -383,10 +488,10 @@ class ToolCallConstraint:
         self._text0 = grammar.text_states[0]
         self._cache: dict[int, State | None] = {}
 
-    def _check_single_chars(self, names: Sequence[str] | None) -> None:
+    def _check_single_chars(self) -> None:
         needed = set(OPEN_TAG + CLOSE_TAG + '{}[]":,0nf "name" "arguments" true false null')
-        for name in names or ():
-            needed.update(json.dumps(name, ensure_ascii=False)[1:-1])
+        for name, schema in self._grammar.schemas.items():
+            needed.update(name + (schema.key_chars() if schema is not None else ""))
         missing = sorted(needed - set(self.table.char_ids))
         if missing:
             raise ValueError(f"the vocabulary lacks single-character tokens for {missing!r}")

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from model.constrained import TokenTable, ToolCallConstraint
+from model.constrained_schema import ANY, BOOLEAN, INTEGER, NULL, NUMBER, STRING, type_mask
 from model.toolcalls import (
     CLOSE_TAG,
     OPEN_TAG,
@@ -22,6 +23,7 @@ from model.toolcalls import (
     ToolCallStarted,
     parse_tool_calls,
     render_tool_calls,
+    tool_specs,
 )
 
 EOS, IM_START = 0, 1
@@ -30,7 +32,8 @@ PIECES = [
     '{"', '":', ' "', '", "', '": {', "}}", "}\n", "[", "],", CLOSE_TAG, OPEN_TAG, "<tool",
     "_call>", "_call>\n{", "_call>!", "<", "</", "name", '"name"', '"arguments"', "\n", "  ",
     "true", "null", "-1", ".5", "e+", "\\u00", "\\n", "\\", E_ACUTE, NIHON, "read_file", "grep",
-    "Hello", " world", '"read_file"', ' {"name": "grep", "arguments": {}}\n',
+    "Hello", " world", '"read_file"', ' {"name": "grep", "arguments": {}}\n', '"path"', "path",
+    '"count": ', "false", '"tags": [', '"mode"',
 ]  # fmt: skip
 CHARS = [chr(i) for i in range(32, 127)] + ["\t", "\n", "\r", "\x0b", "\x0c", "\x7f"]
 VOCAB = ["", "<|im_start|>", *CHARS, *PIECES]
@@ -420,3 +423,215 @@ def test_is_allowed_is_cheap():
             c.advance(token)
     per_token = (time.perf_counter() - start) / (20 * len(ids))
     assert per_token < 100e-6, f"{per_token * 1e6:.1f} us per token"
+
+
+# --- schema-aware arguments ------------------------------------------------------------------
+
+
+def tool(name: str, properties: dict | None = None, required=(), **extra) -> dict:
+    params = {"type": "object", **extra}
+    if properties is not None:
+        params["properties"] = properties
+    if required:
+        params["required"] = list(required)
+    return {"type": "function", "function": {"name": name, "parameters": params}}
+
+
+SCHEMA_TOOLS = [
+    tool("read_file", {"path": {"type": "string"}, "count": {"type": "integer"}}, ["path"]),
+    tool("find", {"path": {"type": "string"}, "tags": {"type": "array"}, "deep": {"type": "boolean"},
+                  "mode": {"enum": ["a", "b"]}, "n": {"type": ["number", "null"]}, "opts": {"type": "object"}},
+         ["tags", "deep"]),
+    tool("loose", {"count": {"type": "integer"}}, ["count", "path"], additionalProperties=True),
+    tool("only_required", None, ["path"]),
+    tool("closed_empty", {}),
+    {"name": "grep"},
+]  # fmt: skip
+ARGS = '<tool_call>{"name": "read_file", "arguments": {'
+FIND = '<tool_call>{"name": "find", "arguments": {'
+LOOSE = '<tool_call>{"name": "loose", "arguments": {'
+_MATCHES = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+}
+
+
+def check_arguments(call: ToolCall, tools: list) -> None:
+    """Keys, value types and required keys of a call against its tool's schema."""
+    params = tool_specs(tools)[call.name]
+    props, required = params.get("properties"), params.get("required", [])
+    assert set(required) <= set(call.arguments), call
+    if props is not None and params.get("additionalProperties") is not True:
+        assert set(call.arguments) <= set(props) | set(required), call
+    for key, value in call.arguments.items():
+        prop = (props or {}).get(key, {})
+        if "type" in prop:
+            types = [prop["type"]] if isinstance(prop["type"], str) else prop["type"]
+            assert any(_MATCHES[t](value) for t in types), (key, value, prop)
+        if "enum" in prop:
+            assert isinstance(value, str), (key, value)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "good", "bad"),
+    [
+        (ARGS, ['"path"', '"count": ', " ", '"'], ["}", '"mode"', "path", '"x']),
+        (ARGS + '"p', ["a"], ['"', "x"]),
+        (ARGS + '"path"', [":", " "], [","]),
+        (ARGS + '"path": ', ['"'], ["0", "[", "{", "t", "n", "-1"]),
+        (ARGS + '"path": "a"', ["}", "}}", ",", " "], []),
+        (ARGS + '"path": "a", ', ['"count": ', '"'], ['"path"', "}"]),
+        (ARGS + '"path": "a", "count": ', ["0", "-1", "1"], ['"', "true", "null", "[", "{"]),
+        (ARGS + '"path": "a", "count": 1', ["0", "}"], [".5", "e+", ".", "e"]),
+        (ARGS + '"path": "a", "count": 1}', ["}"], [","]),
+        (ARGS + '"count": 1', [","], ["}", "}}"]),
+        (ARGS + '"count": 1, ', ['"path"'], ['"count": ', "}"]),
+        (FIND, ['"tags": [', '"mode"', '"'], ["}"]),
+        (FIND + '"tags": ', ["[", " "], ['"', "{", "1", "n"]),
+        (FIND + '"deep": ', ["t", "f", "false", "true"], ["n", '"', "0"]),
+        (FIND + '"mode": ', ['"'], ["0", "n", "["]),
+        (FIND + '"n": ', ["n", "null", "1", "-1", "5"], ['"', "t", "["]),
+        (FIND + '"n": 1', [".5", "e+"], []),
+        (FIND + '"opts": ', ["{"], ["[", '"', "1"]),
+        (FIND + '"opts": {"x": [{"y": ', ['"', "1", "{", "null"], ["}"]),
+        (FIND + '"tags": [], "deep": true', ["}"], []),
+        (LOOSE, ['"path"', '"count": ', '"x', '"'], ["}"]),
+        (LOOSE + '"x', ["y", "_", '"', "path"], ["\\", "\n"]),
+        (LOOSE + '"path": ', ['"', "1", "[", "{", "null"], []),
+        (LOOSE + '"path": 1, "path', ["s"], ['"']),
+        (LOOSE + '"count": ', ["1"], ['"']),
+        ('<tool_call>{"name": "only_required", "arguments": {', ['"path"', '"x'], ["}"]),
+        ('<tool_call>{"name": "closed_empty", "arguments": {', ["}", " "], ['"']),
+        ('<tool_call>{"name": "grep", "arguments": {', ['"', "}"], []),
+    ],
+)  # fmt: skip
+def test_schema_grammar(prefix, good, bad):
+    assert accepts(prefix, tools=SCHEMA_TOOLS), prefix
+    for text in good:
+        assert accepts(prefix + text, tools=SCHEMA_TOOLS), (prefix, text)
+    for text in bad:
+        assert not accepts(prefix + text, tools=SCHEMA_TOOLS), (prefix, text)
+
+
+def test_schema_valid_calls_are_accepted():
+    calls = [
+        ToolCall("read_file", {"path": "a.py", "count": -3}),
+        ToolCall("read_file", {"count": 0, "path": E_ACUTE}),
+        ToolCall(
+            "find", {"n": None, "deep": False, "tags": [1, {"a": []}], "mode": "b", "opts": {}}
+        ),
+        ToolCall("find", {"tags": [], "deep": True, "n": -2.5e3, "path": "x"}),
+        ToolCall("loose", {"count": 1, "path": [True], "other": {"x": 1}}),
+        ToolCall("only_required", {"path": 1, "else": "y"}),
+        ToolCall("closed_empty", {}),
+        ToolCall("grep", {"anything": [1]}),
+    ]
+    text = render_tool_calls(calls)
+    assert accepts(text, tools=SCHEMA_TOOLS)
+    message = parse_tool_calls(text, tools=SCHEMA_TOOLS)
+    assert message.errors == [] and len(message.tool_calls) == len(calls)
+    for call in message.tool_calls:
+        check_arguments(call, SCHEMA_TOOLS)
+
+
+def test_budget_adds_the_missing_required_keys():
+    tools = [tool("t", {"path": {"type": "string"}, "n": {"type": "integer"}, "on": {"type": "boolean"},
+                        "x": {"type": "null"}, "tags": {"type": "array"}}, ["path", "n", "on", "tags"])]  # fmt: skip
+    c = make(tools=tools)
+    shortest = (
+        '<tool_call>{"name":"t","arguments":{"path":"","n":0,"on":false,"tags":[]}}</tool_call>'
+    )
+    assert c.remaining_cost() == 0 and feed(make(tools=tools), OPEN_TAG).remaining_cost() == len(
+        shortest
+    ) - len(OPEN_TAG)
+    assert not c.is_allowed(IDS[OPEN_TAG], len(shortest) - len(OPEN_TAG))
+    feed(c, '<tool_call>{"name": "t", "arguments": {"on": true, "path": "ab')
+    cost = c.remaining_cost()
+    assert cost == len('","n":0,"tags":[]}}</tool_call>')
+    assert c.is_allowed(IDS["c"], cost + 1) and not c.is_allowed(IDS["c"], cost)
+    out = []
+    for left in range(cost, 0, -1):
+        token = c.first_allowed([IDS["}"], IDS["c"], IDS["}}"], IDS["x"]], left)
+        out.append(VOCAB[token])
+        c.advance(token)
+    assert "".join(out) == '","n":0,"tags":[]}}</tool_call>' and not c.in_call
+    # mode "required" with too few tokens still writes a valid call, required keys included
+    c, out = make(mode="required", tools=tools), []
+    for _ in range(c.remaining_cost()):
+        token = c.first_allowed([IDS["Hello"], IDS["}"]], 1)
+        out.append(VOCAB[token])
+        c.advance(token)
+    assert "".join(out) == shortest
+
+
+def test_tools_without_schemas_are_unchanged():
+    for params in (None, {"type": "object"}, {"type": "object", "additionalProperties": False}):
+        tools = [{"name": "g", **({"parameters": params} if params else {})}]
+        c = feed(make(tools=tools), OPEN_TAG)
+        assert c.remaining_cost() == len('{"name":"g","arguments":{}}</tool_call>')
+        assert accepts(
+            '<tool_call>{"name": "g", "arguments": {"a": {"b": [1]}, "c": "d"}}</tool_call>',
+            tools=tools,
+        )
+
+
+def test_cheapest_name_counts_its_arguments():
+    tools = [tool("ab", {"p": {"type": "string"}}, ["p"]), {"name": "abcd"}]
+    c = feed(make(tools=tools), '<tool_call>{"name": "ab')
+    assert c.remaining_cost() == len('cd","arguments":{}}</tool_call>')  # "abcd" is cheaper
+    assert c.first_allowed([], 1000) == IDS["c"]
+    assert c.is_allowed(IDS['"'])
+
+
+def test_type_mask():
+    assert type_mask({"type": "string"}) == STRING
+    assert type_mask({"type": ["integer", "null"]}) == INTEGER | NULL
+    assert (
+        type_mask({"enum": ["a", "b"]}) == STRING
+        and type_mask({"enum": [1, True]}) == INTEGER | BOOLEAN
+    )
+    assert type_mask({"type": "number"}) == NUMBER
+    assert type_mask({}) == type_mask(None) == type_mask({"type": "weird"}) == ANY
+
+
+def test_schema_key_characters_must_have_tokens():
+    with pytest.raises(ValueError, match="lacks single-character tokens"):
+        make(tools=[tool("g", {"\u00ff": {"type": "string"}})])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32),
+    mode=st.sampled_from(["auto", "required"]),
+    max_tokens=st.integers(1, 400),
+)
+def test_random_model_output_follows_the_schemas(seed, mode, max_tokens):
+    text, c, cost0 = drive(seed, mode, max_tokens, SCHEMA_TOOLS)
+    if cost0 > max_tokens and (c.in_call or OPEN_TAG.startswith(text)):
+        assert mode == "required"
+        return
+    assert not c.in_call
+    message = parse_tool_calls(text, tools=SCHEMA_TOOLS)
+    assert message.errors == [], (text, message.errors)
+    for call in message.tool_calls:
+        check_arguments(call, SCHEMA_TOOLS)
+    if mode == "required":
+        assert message.tool_calls
+
+
+def test_many_schema_calls_from_a_biased_model():
+    calls = []
+    for seed in range(40):
+        text, c, _ = drive(seed, "auto", 600, SCHEMA_TOOLS)
+        message = parse_tool_calls(text, tools=SCHEMA_TOOLS)
+        assert message.errors == [] and not c.in_call, (text, message.errors)
+        calls += message.tool_calls
+    for call in calls:
+        check_arguments(call, SCHEMA_TOOLS)
+    assert len(calls) > 40 and len({call.name for call in calls}) >= 4
+    assert any(call.arguments for call in calls)
