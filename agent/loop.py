@@ -88,6 +88,13 @@ class _WriteLocks:
                 self._changed.notify_all()
 
 
+def tool_title(name: str, arguments: Any) -> str:
+    """What an editor shows for a call: the tool and its main argument."""
+    args = arguments if isinstance(arguments, dict) else {}
+    detail = args.get("path") or args.get("pattern") or args.get("command") or args.get("query") or ""
+    return f"{name} {detail}".strip()[:200]
+
+
 class Agent:
     def __init__(
         self,
@@ -113,6 +120,12 @@ class Agent:
         self._locks = _WriteLocks()
         self._emitting: asyncio.Future | None = None
         self._model_calls = 0
+
+    @property
+    def turn_checkpoint(self) -> str | None:
+        """The checkpoint taken before the latest turn's first change (restore it to undo the
+        whole turn), or None when that turn changed nothing."""
+        return self._turn_base
 
     # ---- the turn --------------------------------------------------------------------------------
 
@@ -218,7 +231,7 @@ class Agent:
 
         async def ask(tool_name: str, args: dict, decision: Any) -> str:
             # Nobody to ask (headless): never do what was not allowed.
-            answer = "reject_once" if self.ask is None else await self.ask(tool_name, args, decision)
+            answer = "reject_once" if self.ask is None else await self.ask(await self._proposal(call), decision)
             answers.append(answer)
             return answer
 
@@ -238,6 +251,7 @@ class Agent:
             writes = tool is not None and not tool.spec.read_only
             async with self._locks.hold(self._write_paths(tool, call)) if writes else contextlib.nullcontext():
                 self._emit(ev.tool_call_update(call.id, "in_progress"))
+                await self._refresh(call)
                 result = await self.tools.call(call.name, call.arguments, self.ctx)
         self._emit(ev.tool_call_update(
             call.id, "completed" if result.ok else "failed", content=self._content(result), raw_output=result.data or None,
@@ -251,6 +265,32 @@ class Agent:
             data={k: v for k, v in result.data.items() if k not in ("old_text", "new_text")},
         )
         return result
+
+    async def _proposal(self, call: ToolCall) -> dict[str, Any]:
+        """The call as the person is asked about it: ACP's ToolCallUpdate, with the diff an
+        edit would make (computed without writing) so they review the change, not its JSON."""
+        update: dict[str, Any] = {"toolCallId": call.id, "title": self._title(call), "kind": self._kind(call),
+                                  "status": "pending", "rawInput": call.arguments, "locations": self._locations(call)}
+        preview = getattr(self.tools.get(call.name), "preview", None)
+        proposed = None
+        if preview is not None:
+            await self._refresh(call)  # the diff is against the editor's text, unsaved edits included
+            proposed = await preview(call.arguments, self.ctx)
+        absolute = proposed and self._absolute(proposed[0])
+        if absolute:
+            update["content"] = [ev.diff_content(absolute, proposed[1], proposed[2])]
+        return update
+
+    async def _refresh(self, call: ToolCall) -> None:
+        """Has the workspace take the files a call reads or writes afresh from the editor, when it
+        can (an optional `refresh(paths)`: the ACP agent's asks its client, unsaved edits included)."""
+        refresh = getattr(self.ctx.workspace, "refresh", None)
+        tool = self.tools.get(call.name)
+        if refresh is None or tool is None:
+            return
+        path = call.arguments.get("path") if isinstance(call.arguments, dict) else None
+        paths = {p for p in [path, *(self._write_paths(tool, call) or [])] if isinstance(p, str)}
+        await refresh(sorted(p for p in paths if self._absolute(p)))
 
     # ---- helpers ---------------------------------------------------------------------------------
 
@@ -274,9 +314,7 @@ class Agent:
 
     @staticmethod
     def _title(call: ToolCall) -> str:
-        args = call.arguments if isinstance(call.arguments, dict) else {}
-        detail = args.get("path") or args.get("pattern") or args.get("command") or ""
-        return f"{call.name} {detail}".strip()[:200]
+        return tool_title(call.name, call.arguments)
 
     def _absolute(self, path: str) -> str | None:
         try:

@@ -12,6 +12,7 @@ and RL rollouts all drive the agent through this class.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,14 @@ from agent.loop import Agent, LoopConfig, TurnResult
 from agent.permissions import PermissionPolicy, load_policy, rollout_policy
 from agent.policy import EndpointPolicy, EnginePolicy, Policy
 from agent.prompt import system_prompt
-from agent.session_log import SessionLog
+from agent.replay import conversation, history_updates
+from agent.session_log import (
+    SessionLog,
+    SessionLogError,
+    default_log_dir,
+    read_session,
+    workspace_slug,
+)
 from agent.tools.base import ToolContext, ToolRegistry
 from agent.tools.files import file_tools
 from agent.tools.lints import ReadLints
@@ -30,6 +38,17 @@ from agent.tools.search import Glob, Grep, ListDir
 from agent.tools.terminal import RunTerminal
 from agent.tools.todo import TodoWrite
 from agent.workspace import Workspace
+
+
+def log_path_of(workspace: Path, session_id: str, log_dir: Path | None = None) -> Path:
+    """Where the log of `session_id` in `workspace` is; SessionLogError when there is none."""
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", session_id) or session_id.startswith("."):
+        raise SessionLogError(f"session id {session_id!r} must be letters, digits, '.', '_' or '-'")
+    root = Path(log_dir) if log_dir is not None else default_log_dir()
+    path = root / workspace_slug(Path(workspace).expanduser().resolve()) / f"{session_id}.jsonl"
+    if not path.is_file():
+        raise SessionLogError(f"no session {session_id!r} for workspace {workspace} (looked for {path})")
+    return path
 
 
 def default_tools() -> ToolRegistry:
@@ -52,6 +71,8 @@ class SessionConfig:
     auto_allow: bool = False
     """Allow everything (RL rollouts in a sandbox, `--yes`) instead of the permission files."""
     checkpoints: bool = True
+    client: str | None = None
+    """Who drives the session (lsp, acp, web, cli, rollout): recorded in the log's header."""
     loop: LoopConfig = field(default_factory=LoopConfig)
 
 
@@ -87,7 +108,9 @@ class Session:
         ask: Callable[..., Awaitable[str]] | None = None,
         workspace: Workspace | None = None,
         tools: ToolRegistry | None = None,
+        log: SessionLog | None = None,
     ) -> Session:
+        """A new session; with `log`, one that goes on appending to that (reopened) log."""
         root = Path(config.workspace).expanduser().resolve()
         workspace = workspace or Workspace(root)
         if policy is None:
@@ -99,10 +122,11 @@ class Session:
         tools = tools or default_tools()
         permissions: PermissionPolicy = rollout_policy() if config.auto_allow else load_policy(root)
         system = system_prompt(root)
-        log = SessionLog.open(
+        header = {"client": config.client} if config.client else {}
+        log = log or SessionLog.open(
             root, model={"id": policy.model_id, "backend": "endpoint" if config.endpoint else "engine"},
             sampler={"temperature": config.loop.temperature, "max_tokens": config.loop.max_tokens_per_step},
-            tools=tools.openai_tools(), system_prompt=system, log_dir=config.log_dir,
+            tools=tools.openai_tools(), system_prompt=system, log_dir=config.log_dir, **header,
         )
         checkpoints = CheckpointStore(root) if config.checkpoints else None
         agent = Agent(
@@ -110,6 +134,16 @@ class Session:
             ask=ask, checkpoints=checkpoints, log=log, events=events,
         )
         return cls(config, agent, log, workspace, checkpoints)
+
+    @classmethod
+    async def load(cls, config: SessionConfig, session_id: str, **kwargs: Any) -> tuple[Session, list[dict]]:
+        """A logged session of `config.workspace`, continued: the conversation is restored and
+        new records append to its log. Returns it with the updates that replay its history."""
+        path = log_path_of(config.workspace, session_id, config.log_dir)
+        records = read_session(path)
+        session = await cls.create(config, log=SessionLog.reopen(path), **kwargs)
+        session.agent.messages = conversation(records, session.agent.messages[0]["content"])
+        return session, history_updates(records, session.agent.tools)
 
     @property
     def log_path(self) -> Path:

@@ -424,6 +424,21 @@ class EditFile:
                 "replacements": plan.count, "changed_underneath": underneath, "new_diagnostics": fresh}
         return ToolResult(output=output, data=data)
 
+    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> tuple[str, str | None, str] | None:
+        """(path, old text, new text) this call would produce, without writing; None when the
+        call would fail (the failure is then the model's to read, not the person's)."""
+        try:
+            rel = ctx.workspace.relative(args["path"])
+            old, new = args["old_string"], args["new_string"]
+            if old == "":
+                return (rel, None, new) if not ctx.workspace.exists(rel) else None
+            text = _text_to_edit(ctx.workspace, rel)
+            if "\r" not in text:
+                old, new = old.replace("\r\n", "\n"), new.replace("\r\n", "\n")
+            return rel, text, plan_edit(text, old, new, bool(args.get("replace_all")), rel).new_text
+        except Exception:
+            return None
+
     async def _create(self, ctx: ToolContext, rel: str, content: str) -> ToolResult:
         ws = ctx.workspace
         old_text = None
@@ -480,6 +495,14 @@ class WriteFile:
 
     def paths(self, args: dict[str, Any]) -> list[str] | None:
         return [args["path"]]
+
+    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> tuple[str, str | None, str] | None:
+        """(path, old text or None for a new file, new text), without writing."""
+        try:
+            rel, ws = ctx.workspace.relative(args["path"]), ctx.workspace
+            return rel, (ws.read_text(rel) if ws.exists(rel) else None), args["content"]
+        except Exception:
+            return None
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         ws = ctx.workspace

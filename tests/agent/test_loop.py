@@ -134,8 +134,9 @@ async def test_old_tool_outputs_are_shortened_first_when_the_context_fills(tmp_p
 async def test_permission_refusal_reaches_the_model(tmp_path):
     asked = []
 
-    async def person(tool, args, decision):
-        asked.append(tool)
+    async def person(tool_call, decision):
+        asked.append(tool_call["title"].split()[0])
+        assert tool_call["rawInput"] == {"path": "x"} and tool_call["status"] == "pending"
         return "reject_once"
 
     permissions = PermissionPolicy([{"tool": "write", "action": "ask"}], default="allow")

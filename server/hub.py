@@ -1,0 +1,308 @@
+"""The session methods of one editor connection, whatever carries them: `SessionHub` turns ACP's
+`session/*` requests into calls on agent.Session and sends the session's events and permission
+questions back through a `Peer` (the LSP connection, a websocket, ACP's stdio).
+
+    hub = SessionHub(peer, settings, workspace)
+    result = await hub.new_session({"cwd": "/repo", "mcpServers": []})   # {"sessionId", "modes"}
+    await hub.prompt({"sessionId": sid, "prompt": [{"type": "text", "text": "fix it"}]})
+    hub.cancel({"sessionId": sid})
+
+Payloads are ACP v1's (camelCase keys, `_meta` for vendor data). Errors in what the client sent
+raise `RequestError` with JSON-RPC's invalid-params code and a message naming the field.
+
+Modes (ACP session modes): `agent` follows the permission files; `review` asks before every
+edit, with the diff in the question, so nothing reaches a file the person has not accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC
+from pathlib import Path
+from typing import Any, Protocol
+
+from agent.checkpoints import CheckpointError
+from agent.permissions import ANSWERS, EDIT_TOOLS, TERMINAL_TOOL, Rule
+from agent.replay import session_title
+from agent.session import Session, SessionConfig
+from agent.session_log import SessionLogError, list_sessions, read_session
+from agent.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+MODES = [
+    {"id": "agent", "name": "Agent", "description": "Edits and safe commands run as the permission rules say."},
+    {"id": "review", "name": "Review edits", "description": "Every edit waits for you to accept its diff."},
+]
+PERMISSION_OPTIONS = [
+    {"optionId": "allow_once", "name": "Allow", "kind": "allow_once"},
+    {"optionId": "allow_always", "name": "Always allow", "kind": "allow_always"},
+    {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
+    {"optionId": "reject_always", "name": "Always reject", "kind": "reject_always"},
+]
+
+
+class RequestError(Exception):
+    """A request the hub cannot serve: carries the JSON-RPC error code for the reply."""
+
+    def __init__(self, message: str, code: int = INVALID_PARAMS) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Peer(Protocol):
+    """The client end of the connection, as the hub uses it."""
+
+    async def notify(self, method: str, params: dict[str, Any]) -> None: ...
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any: ...
+
+
+@dataclass(kw_only=True)
+class ServerSettings:
+    """What every session of this server starts from (composer-lsp's command line)."""
+
+    workspace: Path = field(default_factory=Path.cwd)
+    endpoint: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+    quantize: str = "int4"
+    log_dir: Path | None = None
+    default_mode: str = "agent"
+
+    def session_config(self, cwd: Path, client: str) -> SessionConfig:
+        return SessionConfig(workspace=cwd, endpoint=self.endpoint, model=self.model, api_key=self.api_key,
+                             quantize=self.quantize, log_dir=self.log_dir, client=client)
+
+
+class _Events:
+    """A session's event sink: each update goes out as a `session/update` notification."""
+
+    def __init__(self, peer: Peer) -> None:
+        self.peer, self.session_id = peer, ""
+
+    async def emit(self, update: dict[str, Any]) -> None:
+        await self.peer.notify("session/update", {"sessionId": self.session_id, "update": update})
+
+
+def _field(params: Any, name: str, kind: type | tuple[type, ...], *, required: bool = True) -> Any:
+    if not isinstance(params, dict):
+        raise RequestError(f"params must be an object, got {type(params).__name__}")
+    value = params.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, kind):
+        what = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        got = "nothing" if value is None else type(value).__name__
+        raise RequestError(f"params.{name} must be a {what}, got {got}")
+    return value
+
+
+def prompt_text(blocks: Any) -> str:
+    """The request as the model reads it: text blocks, and embedded or linked resources."""
+    if not isinstance(blocks, list) or not blocks:
+        raise RequestError("params.prompt must be a non-empty list of content blocks")
+    parts = []
+    for i, block in enumerate(blocks):
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            parts.append(block["text"])
+        elif kind == "resource" and isinstance(block.get("resource"), dict):
+            res = block["resource"]
+            if "text" in res:
+                parts.append(f"<file uri=\"{res.get('uri', '')}\">\n{res['text']}\n</file>")
+        elif kind == "resource_link" and isinstance(block.get("uri"), str):
+            parts.append(f"[{block.get('name') or block['uri']}]({block['uri']})")
+        elif kind not in ("image", "audio"):
+            raise RequestError(f"params.prompt[{i}] is not a content block (type {kind!r})")
+    text = "\n\n".join(p for p in parts if p)
+    if not text.strip():
+        raise RequestError("params.prompt has no text")
+    return text
+
+
+class SessionHub:
+    """The sessions of one connection. `workspace_for(root)` gives the Workspace its sessions
+    read and edit through (the LSP connection's, with the editor's buffers and edit sink)."""
+
+    def __init__(self, peer: Peer, settings: ServerSettings, *, client: str = "lsp",
+                 workspace_for: Callable[[Path], Workspace] | None = None) -> None:
+        self.peer, self.settings, self.client = peer, settings, client
+        self.workspace_for = workspace_for or Workspace
+        self.sessions: dict[str, Session] = {}
+        self.modes: dict[str, str] = {}
+        self._base_permissions: dict[str, Any] = {}
+        self._turns: dict[str, asyncio.Task] = {}
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    def _cwd(self, params: Any) -> Path:
+        cwd = _field(params, "cwd", str, required=False)
+        root = Path(cwd) if cwd else self.settings.workspace
+        if not root.is_absolute():
+            raise RequestError(f"params.cwd must be an absolute path, got {cwd!r}")
+        if not root.is_dir():
+            raise RequestError(f"params.cwd {str(root)!r} is not a directory")
+        return root.resolve()
+
+    async def _open(self, params: Any, session_id: str | None = None) -> tuple[Session, list[dict]]:
+        cwd = self._cwd(params)
+        events = _Events(self.peer)
+        config = self.settings.session_config(cwd, self.client)
+        common = {"events": events, "ask": None, "workspace": self.workspace_for(cwd)}
+        if session_id is None:
+            session, history = await Session.create(config, **common), []
+        else:
+            try:
+                session, history = await Session.load(config, session_id, **common)
+            except SessionLogError as err:
+                raise RequestError(str(err)) from None
+        events.session_id = session.id
+        session.agent.ask = self._asker(session.id)
+        self.sessions[session.id] = session
+        self._base_permissions[session.id] = session.agent.permissions
+        self._set_mode(session.id, self.settings.default_mode)
+        return session, history
+
+    def _modes(self, session_id: str) -> dict[str, Any]:
+        return {"currentModeId": self.modes[session_id], "availableModes": MODES}
+
+    async def new_session(self, params: Any) -> dict[str, Any]:
+        session, _ = await self._open(params)
+        return {"sessionId": session.id, "modes": self._modes(session.id)}
+
+    async def load_session(self, params: Any) -> dict[str, Any]:
+        """Reopens a logged session: replays its history as session/update, then answers."""
+        session_id = _field(params, "sessionId", str)
+        if session_id in self.sessions:
+            raise RequestError(f"session {session_id} is already open on this connection")
+        session, history = await self._open(params, session_id)
+        for update in history:
+            await self.peer.notify("session/update", {"sessionId": session.id, "update": update})
+        return {"modes": self._modes(session.id)}
+
+    def list_sessions(self, params: Any) -> dict[str, Any]:
+        cwd = self._cwd(params or {})
+        sessions = []
+        for info in reversed(list_sessions(cwd, self.settings.log_dir)):
+            records = read_session(info.path, limit=200)
+            sessions.append({"sessionId": info.session_id, "cwd": info.workspace or str(cwd),
+                             "title": session_title(records), "updatedAt": _iso(info.path.stat().st_mtime)})
+        return {"sessions": sessions}
+
+    def session(self, params: Any) -> Session:
+        session_id = _field(params, "sessionId", str)
+        if session_id not in self.sessions:
+            raise RequestError(f"unknown sessionId {session_id!r}; call session/new or session/load first")
+        return self.sessions[session_id]
+
+    async def close_session(self, params: Any) -> dict[str, Any]:
+        session = self.session(params)
+        await self._stop(session.id)
+        session.close()
+        del self.sessions[session.id]
+        return {}
+
+    async def close(self) -> None:
+        """The connection ended: running turns stop, logs are closed (nothing is lost)."""
+        for session_id, session in list(self.sessions.items()):
+            await self._stop(session_id)
+            session.close()
+        self.sessions.clear()
+
+    # ---- turns ----------------------------------------------------------------------------------
+
+    async def prompt(self, params: Any) -> dict[str, Any]:
+        session = self.session(params)
+        text = prompt_text(params.get("prompt"))
+        running = self._turns.get(session.id)
+        if running is not None and not running.done():
+            raise RequestError(f"session {session.id} is already answering a prompt; cancel it first")
+        task = asyncio.ensure_future(session.prompt(text))
+        self._turns[session.id] = task
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:  # the request itself was cancelled ($/cancelRequest)
+            session.cancel()
+            result = await task
+        return {"stopReason": result.stop_reason,
+                "_meta": {"composer": {"steps": result.steps, "toolCalls": result.tool_calls,
+                                       "checkpoint": session.last_checkpoint}}}
+
+    def cancel(self, params: Any) -> None:
+        self.session(params).cancel()
+
+    async def _stop(self, session_id: str) -> None:
+        task = self._turns.pop(session_id, None)
+        if task is not None and not task.done():
+            self.sessions[session_id].cancel()
+            await asyncio.wait({task}, timeout=10)
+
+    def rewind(self, params: Any) -> dict[str, Any]:
+        """Restores the workspace to a checkpoint (default: before the last turn's first
+        change), shell-made changes included."""
+        session = self.session(params)
+        checkpoint = _field(params, "checkpointId", str, required=False) or session.agent.turn_checkpoint
+        if checkpoint is None:
+            raise RequestError(f"session {session.id} has no checkpoint to go back to")
+        try:
+            result = session.restore(checkpoint)
+        except (CheckpointError, RuntimeError) as err:
+            raise RequestError(str(err)) from None
+        return {"checkpointId": checkpoint, "changes": result.changes.to_dict(),
+                "backupCheckpointId": result.backup.id if result.backup else None}
+
+    # ---- modes and permissions ------------------------------------------------------------------
+
+    def set_mode(self, params: Any) -> dict[str, Any]:
+        session = self.session(params)
+        self._set_mode(session.id, _field(params, "modeId", str))
+        return {}
+
+    def _set_mode(self, session_id: str, mode: str) -> None:
+        if mode not in {m["id"] for m in MODES}:
+            raise RequestError(f"unknown modeId {mode!r}; choose one of {[m['id'] for m in MODES]}")
+        base = self._base_permissions[session_id]
+        agent = self.sessions[session_id].agent
+        if mode == "review":
+            agent.permissions = base.extended([Rule(tool, "ask", path="**", source="review mode")
+                                               for tool in EDIT_TOOLS if tool != TERMINAL_TOOL])
+        else:
+            agent.permissions = base
+        self.modes[session_id] = mode
+
+    def _asker(self, session_id: str) -> Callable[[dict, Any], Awaitable[str]]:
+        async def ask(tool_call: dict[str, Any], decision: Any) -> str:
+            parts = [{"kind": p.kind, "text": p.text} for p in getattr(decision, "asked", [])]
+            params = {"sessionId": session_id, "toolCall": tool_call, "options": PERMISSION_OPTIONS}
+            if parts:
+                params["_meta"] = {"composer": {"asked": parts}}
+            try:
+                answer = await self.peer.request("session/request_permission", params)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # the client failed to answer: treat as a refusal
+                log.warning("permission request failed: %s", err)
+                return "reject_once"
+            return _answer(answer)
+
+        return ask
+
+
+def _answer(response: Any) -> str:
+    outcome = response.get("outcome") if isinstance(response, dict) else None
+    if isinstance(outcome, dict) and outcome.get("outcome") == "selected" and outcome.get("optionId") in ANSWERS:
+        return outcome["optionId"]
+    return "reject_once"  # cancelled, or an answer we cannot read: do nothing
+
+
+def _iso(timestamp: float) -> str:
+    from datetime import datetime
+
+    return datetime.fromtimestamp(timestamp, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

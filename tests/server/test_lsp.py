@@ -1,0 +1,171 @@
+"""composer-lsp over stdio, end to end: a real server process, a test client that behaves like an
+editor (applies edits, answers permission requests), and a scripted model endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from lsp_client import start_client, stop_client
+from lsprotocol import types
+from scripted_model import ScriptedModel
+
+pytestmark = pytest.mark.slow
+
+EDIT = {"name": "edit_file", "arguments": {"path": "hello.py", "old_string": "hello", "new_string": "goodbye"}}
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "hello.py").write_text("print('hello')\n")
+    return root
+
+
+@pytest.fixture
+def model():
+    with ScriptedModel([]) as m:
+        yield m
+
+
+@pytest.fixture
+async def client(workspace, model, tmp_path):
+    c = await start_client(workspace, model.url, tmp_path / "logs")
+    yield c
+    await stop_client(c)
+
+
+async def _new(client, workspace) -> str:
+    result = await client.protocol.send_request_async("session/new", {"cwd": str(workspace), "mcpServers": []})
+    assert result["modes"]["currentModeId"] == "agent"
+    return result["sessionId"]
+
+
+async def _prompt(client, session_id: str, text: str) -> dict:
+    return await client.protocol.send_request_async(
+        "session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]})
+
+
+async def test_a_prompt_streams_and_its_edit_lands_in_the_editor_buffer(client, workspace, model):
+    model.script = [[{"text": "I will change the greeting.", "tool_calls": [EDIT]}, {"text": "Changed it."}]]
+    uri = client.open(workspace / "hello.py", "print('hello')  # unsaved\n", version=3)
+    session_id = await _new(client, workspace)
+    result = await _prompt(client, session_id, "say goodbye")
+    assert result["stopReason"] == "end_turn"
+    assert client.text_of() == "I will change the greeting.Changed it."
+    kinds = [u["update"]["sessionUpdate"] for u in client.updates]
+    assert "tool_call" in kinds and "tool_call_update" in kinds
+    # The edit went to the editor, versioned, and was applied to the unsaved buffer; disk is untouched.
+    (edit,) = client.applied_edits
+    assert edit.edit.document_changes[0].text_document.version == 3
+    assert client.documents[uri][0] == "print('goodbye')  # unsaved\n"
+    assert (workspace / "hello.py").read_text() == "print('hello')\n"
+    # The model read the unsaved buffer, not the disk.
+    done = [u["update"] for u in client.updates if u["update"].get("status") == "completed"]
+    assert any(c["type"] == "diff" and "# unsaved" in c["newText"] for u in done for c in u.get("content", []))
+
+
+async def test_edits_to_files_not_open_in_the_editor_go_to_disk(client, workspace, model):
+    model.script = [[{"text": "", "tool_calls": [EDIT]}]]
+    session_id = await _new(client, workspace)
+    await _prompt(client, session_id, "say goodbye")
+    assert client.applied_edits == []
+    assert (workspace / "hello.py").read_text() == "print('goodbye')\n"
+
+
+async def test_review_mode_asks_with_the_diff_and_a_rejection_changes_nothing(client, workspace, model):
+    model.script = [[{"text": "", "tool_calls": [EDIT]}, {"text": "OK, leaving it."}]]
+    session_id = await _new(client, workspace)
+    await client.protocol.send_request_async("session/set_mode", {"sessionId": session_id, "modeId": "review"})
+    client.permission_answer = "reject_once"
+    result = await _prompt(client, session_id, "say goodbye")
+    assert result["stopReason"] == "end_turn"
+    (asked,) = client.permission_requests
+    assert asked["sessionId"] == session_id
+    (diff,) = asked["toolCall"]["content"]
+    assert diff["type"] == "diff" and diff["oldText"] == "print('hello')\n" and diff["newText"] == "print('goodbye')\n"
+    assert {o["kind"] for o in asked["options"]} == {"allow_once", "allow_always", "reject_once", "reject_always"}
+    assert (workspace / "hello.py").read_text() == "print('hello')\n"
+    failed = [u["update"] for u in client.updates if u["update"].get("status") == "failed"]
+    assert failed, "the refused call is reported as failed"
+
+
+async def test_cancel_stops_a_running_turn(client, workspace, model):
+    model.script = [[{"text": " ".join(["word"] * 200), "delay": 0.05}]]
+    session_id = await _new(client, workspace)
+    turn = asyncio.ensure_future(_prompt(client, session_id, "talk"))
+    await asyncio.wait_for(client.update_event.wait(), 10)
+    client.protocol.notify("session/cancel", {"sessionId": session_id})
+    result = await asyncio.wait_for(turn, 5)
+    assert result["stopReason"] == "cancelled"
+    assert len(client.text_of().split()) < 200
+
+
+async def test_cancel_request_of_the_prompt_also_stops_the_turn(client, workspace, model):
+    model.script = [[{"text": " ".join(["word"] * 200), "delay": 0.05}]]
+    session_id = await _new(client, workspace)
+    client.protocol.send_request("session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "talk"}]},
+                                 msg_id="prompt-1")
+    await asyncio.wait_for(client.update_event.wait(), 10)
+    client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="prompt-1"))
+    await asyncio.sleep(0.5)
+    count = len(client.updates)
+    await asyncio.sleep(0.5)
+    assert len(client.updates) == count, "no more updates after the request was cancelled"
+    result = await _prompt(client, session_id, "again")  # the session is usable afterwards
+    assert result["stopReason"] in ("end_turn", "cancelled")
+
+
+async def test_list_and_load_replay_a_logged_session(client, workspace, model, tmp_path):
+    model.script = [[{"text": "", "tool_calls": [EDIT]}, {"text": "Changed it."}]]
+    session_id = await _new(client, workspace)
+    await _prompt(client, session_id, "say goodbye")
+    await client.protocol.send_request_async("session/close", {"sessionId": session_id})
+    listed = await client.protocol.send_request_async("session/list", {"cwd": str(workspace)})
+    assert listed["sessions"][0]["sessionId"] == session_id and listed["sessions"][0]["title"] == "say goodbye"
+
+    other = await start_client(workspace, model.url, tmp_path / "logs")
+    try:
+        await other.protocol.send_request_async("session/load", {"sessionId": session_id, "cwd": str(workspace),
+                                                                 "mcpServers": []})
+        kinds = [u["update"]["sessionUpdate"] for u in other.updates]
+        assert kinds[0] == "user_message_chunk" and other.text_of("user_message_chunk") == "say goodbye"
+        assert "tool_call" in kinds and other.text_of() == "Changed it."
+        model.script = [[], [{"text": "Second turn."}]]  # the loaded conversation goes on: turn 2
+        result = await _prompt(other, session_id, "and now?")
+        assert result["stopReason"] == "end_turn" and other.text_of().endswith("Second turn.")
+    finally:
+        await stop_client(other)
+
+
+async def test_diagnostics_offer_a_fix_that_prompts_the_agent(client, workspace, model):
+    uri = client.open(workspace / "hello.py", "print('hello'\n")
+    diagnostic = types.Diagnostic(range=types.Range(types.Position(0, 0), types.Position(0, 5)),
+                                  message="'(' was never closed", source="ruff")
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri), range=diagnostic.range,
+        context=types.CodeActionContext(diagnostics=[diagnostic])))
+    (action,) = actions
+    assert action.command.command == "composer.fixDiagnostic"
+    model.script = [[{"text": "Fixed."}]]
+    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command=action.command.command, arguments=action.command.arguments))
+    assert result["stopReason"] == "end_turn" and result["sessionId"]
+    asked = model.requests[-1]["messages"][-1]["content"]
+    assert "'(' was never closed" in asked and "hello.py at line 1" in asked and "print('hello'" in asked
+    assert client.progress_reports, "the turn showed work-done progress"
+
+
+async def test_bad_session_requests_get_errors_that_name_the_problem(client, workspace):
+    from pygls.exceptions import JsonRpcException
+
+    with pytest.raises(JsonRpcException, match="unknown sessionId"):
+        await _prompt(client, "nope", "hi")
+    with pytest.raises(JsonRpcException, match=r"params\.prompt"):
+        await client.protocol.send_request_async("session/prompt", {"sessionId": await _new(client, workspace)})
+    with pytest.raises(JsonRpcException, match="not a directory"):
+        await client.protocol.send_request_async("session/new", {"cwd": str(workspace / "hello.py")})
+    with pytest.raises(JsonRpcException, match="modeId"):
+        await client.protocol.send_request_async("session/set_mode", {"sessionId": await _new(client, workspace)})
+    assert await _new(client, workspace)  # still serving
