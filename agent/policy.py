@@ -136,6 +136,9 @@ class EndpointPolicy:
         self.model_id = model or base_url
         self.context_window = context_window
 
+    async def aclose(self) -> None:
+        await self.client.close()
+
     def count_tokens(self, messages: Sequence[dict], tools: Sequence[dict]) -> int:
         import json
 

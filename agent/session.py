@@ -173,3 +173,10 @@ class Session:
 
     def close(self) -> None:
         self.log.close()
+
+    async def aclose(self) -> None:
+        """close(), and the policy's connections (an endpoint's HTTP session)."""
+        self.close()
+        closing = getattr(self.agent.policy, "aclose", None)
+        if closing is not None:
+            await closing()

@@ -34,7 +34,11 @@ from agent.workspace import Workspace
 log = logging.getLogger(__name__)
 
 INVALID_PARAMS = -32602
+RESOURCE_NOT_FOUND = -32002
+"""ACP's code for an unknown session."""
 INTERNAL_ERROR = -32603
+MAX_PROMPT_CHARS = 1_000_000
+"""Longer prompts are refused (no model here reads that much; a 50 MB paste is a mistake)."""
 
 MODES = [
     {"id": "agent", "name": "Agent", "description": "Edits and safe commands run as the permission rules say."},
@@ -122,6 +126,9 @@ def prompt_text(blocks: Any) -> str:
         elif kind not in ("image", "audio"):
             raise RequestError(f"params.prompt[{i}] is not a content block (type {kind!r})")
     text = "\n\n".join(p for p in parts if p)
+    if len(text) > MAX_PROMPT_CHARS:
+        raise RequestError(f"params.prompt is too long ({len(text):,} characters; the limit is "
+                           f"{MAX_PROMPT_CHARS:,}): attach large files as resource links instead")
     if not text.strip():
         raise RequestError("params.prompt has no text")
     return text
@@ -162,7 +169,7 @@ class SessionHub:
             try:
                 session, history = await Session.load(config, session_id, **common)
             except SessionLogError as err:
-                raise RequestError(str(err)) from None
+                raise RequestError(str(err), RESOURCE_NOT_FOUND) from None
         events.session_id = session.id
         session.agent.ask = self._asker(session.id)
         self.sessions[session.id] = session
@@ -199,22 +206,25 @@ class SessionHub:
     def session(self, params: Any) -> Session:
         session_id = _field(params, "sessionId", str)
         if session_id not in self.sessions:
-            raise RequestError(f"unknown sessionId {session_id!r}; call session/new or session/load first")
+            raise RequestError(f"unknown sessionId {session_id!r}; call session/new or session/load first",
+                               RESOURCE_NOT_FOUND)
         return self.sessions[session_id]
 
     async def close_session(self, params: Any) -> dict[str, Any]:
-        session = self.session(params)
-        await self._stop(session.id)
-        session.close()
-        del self.sessions[session.id]
+        await self._forget(self.session(params).id)
         return {}
 
     async def close(self) -> None:
         """The connection ended: running turns stop, logs are closed (nothing is lost)."""
-        for session_id, session in list(self.sessions.items()):
-            await self._stop(session_id)
-            session.close()
-        self.sessions.clear()
+        for session_id in list(self.sessions):
+            await self._forget(session_id)
+
+    async def _forget(self, session_id: str) -> None:
+        await self._stop(session_id)
+        session = self.sessions.pop(session_id)
+        self.modes.pop(session_id, None)
+        self._base_permissions.pop(session_id, None)
+        await session.aclose()
 
     # ---- turns ----------------------------------------------------------------------------------
 
@@ -233,7 +243,7 @@ class SessionHub:
             result = await task
         return {"stopReason": result.stop_reason,
                 "_meta": {"composer": {"steps": result.steps, "toolCalls": result.tool_calls,
-                                       "checkpoint": session.last_checkpoint}}}
+                                       "checkpoint": session.agent.turn_checkpoint}}}
 
     def cancel(self, params: Any) -> None:
         self.session(params).cancel()
@@ -270,6 +280,9 @@ class SessionHub:
             raise RequestError(f"unknown modeId {mode!r}; choose one of {[m['id'] for m in MODES]}")
         base = self._base_permissions[session_id]
         agent = self.sessions[session_id].agent
+        for rule in getattr(agent.permissions, "learned", []):  # "always" answers outlive the mode
+            if rule not in base.rules:
+                base.rules.append(rule)
         if mode == "review":
             agent.permissions = base.extended([Rule(tool, "ask", path="**", source="review mode")
                                                for tool in EDIT_TOOLS if tool != TERMINAL_TOOL])
