@@ -120,12 +120,20 @@ class Agent:
         self._locks = _WriteLocks()
         self._emitting: asyncio.Future | None = None
         self._model_calls = 0
+        self._call_ids: set[str] = set()
 
     @property
     def turn_checkpoint(self) -> str | None:
         """The checkpoint taken before the latest turn's first change (restore it to undo the
         whole turn), or None when that turn changed nothing."""
         return self._turn_base
+
+    def resume(self, messages: list[dict[str, Any]], used_call_ids: set[str], turn_checkpoint: str | None) -> None:
+        """Continues a logged session: its conversation, the call ids it used, and the checkpoint
+        that undoes its last turn."""
+        self.messages = messages
+        self._call_ids |= used_call_ids
+        self._turn_base = turn_checkpoint
 
     # ---- the turn --------------------------------------------------------------------------------
 
@@ -182,6 +190,7 @@ class Agent:
             self.messages, tools, max_tokens=self.config.max_tokens_per_step,
             temperature=self.config.temperature, on_text=on_text,
         )
+        self._unique_ids(reply.tool_calls)
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if reply.tool_calls:
             message["tool_calls"] = [c.to_openai() for c in reply.tool_calls]
@@ -201,6 +210,15 @@ class Agent:
         for error in reply.tool_call_errors:  # malformed calls: tell the model, so it can retry
             self.messages.append({"role": "user", "content": f"[harness] {error.message}. Nothing was run for it; send the call again as valid JSON."})
         return reply
+
+    def _unique_ids(self, calls: list[ToolCall]) -> None:
+        """Tool call ids unique in the session, as ACP wants: models and servers often number
+        calls per message (call_0, call_1, ...), so repeats get a suffix."""
+        for call in calls:
+            base, n = call.id or "call", 1
+            while call.id in self._call_ids or not call.id:
+                call.id, n = f"{base}-{n}", n + 1
+            self._call_ids.add(call.id)
 
     # ---- tool calls ------------------------------------------------------------------------------
 
@@ -231,7 +249,11 @@ class Agent:
 
         async def ask(tool_name: str, args: dict, decision: Any) -> str:
             # Nobody to ask (headless): never do what was not allowed.
-            answer = "reject_once" if self.ask is None else await self.ask(await self._proposal(call), decision)
+            if self.ask is None:
+                answer = "reject_once"
+            else:
+                await self.flush_events()  # the person sees what led to the question first
+                answer = await self.ask(await self._proposal(call), decision)
             answers.append(answer)
             return answer
 

@@ -113,3 +113,19 @@ def session_title(records: Iterable[dict[str, Any]]) -> str | None:
             return line[:80] + ("..." if len(line) > 80 else "")
     return None
 
+
+
+def call_ids(records: Iterable[dict[str, Any]]) -> set[str]:
+    """The tool call ids a session used (new calls must not repeat them)."""
+    return {r["call_id"] for r in records if r.get("type") == "tool_call" and r.get("call_id")}
+
+
+def last_turn_checkpoint(records: Iterable[dict[str, Any]]) -> str | None:
+    """The checkpoint taken before the last turn's first change (what undoing that turn restores)."""
+    found: str | None = None
+    for record in records:
+        if record.get("type") == "user_message":
+            found = None
+        elif record.get("type") == "checkpoint" and found is None:
+            found = record.get("checkpoint_id")
+    return found

@@ -23,7 +23,7 @@ from agent.loop import Agent, LoopConfig, TurnResult
 from agent.permissions import PermissionPolicy, load_policy, rollout_policy
 from agent.policy import EndpointPolicy, EnginePolicy, Policy
 from agent.prompt import system_prompt
-from agent.replay import conversation, history_updates
+from agent.replay import call_ids, conversation, history_updates, last_turn_checkpoint
 from agent.session_log import (
     SessionLog,
     SessionLogError,
@@ -142,7 +142,8 @@ class Session:
         path = log_path_of(config.workspace, session_id, config.log_dir)
         records = read_session(path)
         session = await cls.create(config, log=SessionLog.reopen(path), **kwargs)
-        session.agent.messages = conversation(records, session.agent.messages[0]["content"])
+        session.agent.resume(conversation(records, session.agent.messages[0]["content"]), call_ids(records),
+                             last_turn_checkpoint(records))
         return session, history_updates(records, session.agent.tools)
 
     @property

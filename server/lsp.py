@@ -72,7 +72,14 @@ class _Peer:
         self.server.protocol.notify(method, params)
 
     async def request(self, method: str, params: dict[str, Any]) -> Any:
-        return await self.server.protocol.send_request_async(method, params)
+        msg_id = str(uuid.uuid4())
+        try:
+            return await self.server.protocol.send_request_async(method, params, msg_id=msg_id)
+        except asyncio.CancelledError:
+            # The turn was cancelled while the client was still deciding: forget the request,
+            # so its late answer is dropped instead of landing on a cancelled future.
+            self.server.protocol._request_futures.pop(msg_id, None)
+            raise
 
 
 class ComposerServer(LanguageServer):

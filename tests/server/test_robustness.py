@@ -205,3 +205,36 @@ async def test_twenty_concurrent_websocket_clients_each_get_their_own_session(ws
     async with aiohttp.ClientSession() as http:
         results = await asyncio.gather(*(one(http) for _ in range(20)))
     assert results == [("end_turn", "Hello from the scripted model.")] * 20
+
+
+async def test_tcp_transport_serves_one_editor(workspace, tmp_path):
+    import socket
+
+    from lsp_client import ComposerTestClient, _register
+    from lsprotocol import types
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with ScriptedModel([[{"text": "Over TCP."}]]) as model:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "server", "--tcp", f"127.0.0.1:{port}", "--workspace", str(workspace),
+            "--endpoint", model.url, "--log-dir", str(tmp_path / "logs"), stderr=subprocess.DEVNULL)
+        client = ComposerTestClient()
+        _register(client)
+        for _ in range(100):
+            try:
+                await client.start_tcp("127.0.0.1", port)
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+        await client.initialize_session(types.InitializeParams(capabilities=types.ClientCapabilities(),
+                                                               root_uri=workspace.as_uri()))
+        session_id = (await client.protocol.send_request_async("session/new", {}))["sessionId"]
+        result = await client.protocol.send_request_async(
+            "session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "hi"}]})
+        assert result["stopReason"] == "end_turn" and client.text_of() == "Over TCP."
+        await client.shutdown_session()
+        await client.stop()
+        proc.kill()
+        await proc.wait()

@@ -1,0 +1,255 @@
+"""The web chat page (server/static/) in a real browser: headless Debian Chromium driven by
+Playwright against `python -m server --ws`, whose model is tests/server/scripted_model.py.
+
+    .venv/bin/pytest tests/server/test_web_page.py -q
+
+Review mode, a prompt typed into the page, the streamed answer, the permission card with the
+edit's diff, then accept (the file changes, Undo puts it back, a reload replays the session) or
+reject (the file stays); and the websocket refusing a missing token or a foreign Origin.
+Chromium comes from `make browser-deps` (apt); without it the browser tests skip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import pytest
+from scripted_model import ScriptedModel
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = shutil.which("chromium")
+GREETING = 'print("hello")\n'
+SCRIPT = [[{"text": "I will change the greeting.",
+            "tool_calls": [{"name": "edit_file",
+                            "arguments": {"path": "hello.py", "old_string": "hello", "new_string": "goodbye"}}]},
+           {"text": "Changed it."}]]
+REQUEST = "Please change the greeting in hello.py"
+URL_RE = re.compile(r"(http://127\.0\.0\.1:(\d+)/\?token=([A-Za-z0-9_\-]+))")
+TIMEOUT_MS = 20_000
+
+pytestmark = pytest.mark.slow
+
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make browser-deps)")
+
+
+@dataclass
+class Server:
+    url: str
+    port: int
+    token: str
+    workspace: Path
+    model: ScriptedModel
+    process: subprocess.Popen
+    output: list[str]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    """`python -m server --ws` on a free port over a workspace holding hello.py."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "hello.py").write_text(GREETING)
+    env = dict(os.environ, COMPOSER_HOME=str(tmp_path / "home"), PYTHONUNBUFFERED="1")
+    with ScriptedModel(SCRIPT) as model:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "server", "--ws", "127.0.0.1:0", "--workspace", str(workspace),
+             "--endpoint", model.url, "--log-dir", str(tmp_path / "logs")],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines: queue.Queue[str | None] = queue.Queue()
+        output: list[str] = []
+
+        def pump() -> None:
+            for line in process.stdout:
+                output.append(line)
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        try:
+            match, deadline = None, time.monotonic() + 60
+            while match is None:
+                try:
+                    line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+                except queue.Empty:
+                    line = None
+                if line is None:
+                    pytest.fail("the server printed no http://127.0.0.1:PORT/?token=... line:\n" + "".join(output))
+                match = URL_RE.search(line)
+            yield Server(match[1], int(match[2]), match[3], workspace, model, process, output)
+        finally:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (make browser-deps)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, server: Server) -> Iterator[object]:
+    """A fresh browser tab on the chat page; fails the test on any error of the page's own (the
+    server's window/logMessage errors, which the page logs to the console, are not the page's)."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=TIMEOUT_MS)
+    context = browser.new_context()
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    problems: list[str] = []
+    page.on("pageerror", lambda err: problems.append(f"page error: {err}"))
+    page.on("console", lambda msg: problems.append(f"console {msg.type}: {msg.text}")
+            if msg.type == "error" and not msg.text.startswith("composer server:") else None)
+    page.goto(server.url)
+    yield page
+    context.close()
+    assert not problems, "\n".join(problems) + "\n--- server output:\n" + "".join(server.output)
+
+
+def ask_for_the_edit(page) -> object:
+    """Review mode, the request typed and sent with Enter; returns the permission card."""
+    from playwright.sync_api import expect
+
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    page.select_option("#mode", "review")
+    page.fill("#prompt", REQUEST)
+    page.press("#prompt", "Enter")
+    expect(page.locator(".message.user")).to_contain_text(REQUEST)
+    expect(page.locator("#prompt")).to_have_value("")
+    expect(page.locator(".message.agent").first).to_contain_text("I will change the greeting.")
+    card = page.locator(".permission")
+    expect(card).to_be_visible()
+    expect(card.locator(".permission-title")).not_to_be_empty()
+    expect(card.locator(".diff-del")).to_have_text('-print("hello")')
+    expect(card.locator(".diff-add")).to_have_text('+print("goodbye")')
+    expect(page.locator("#cancel")).to_be_visible()   # the turn is running, waiting for the answer
+    expect(page.locator("#mode")).to_have_value("review")
+    return card
+
+
+@needs_chromium
+def test_accepting_the_diff_edits_the_file_and_undo_restores_it(page, server: Server) -> None:
+    from playwright.sync_api import expect
+
+    hello = server.workspace / "hello.py"
+    card = ask_for_the_edit(page)
+    assert hello.read_text() == GREETING, "the edit reached the file before it was accepted"
+
+    card.locator('button[data-option-id="allow_once"]').click()
+    expect(card).to_have_attribute("data-outcome", "allow_once")
+    tool = page.locator(".tool-call")
+    expect(tool).to_have_count(1)
+    expect(tool).to_have_attribute("data-status", "completed")
+    expect(tool.locator(".tool-head .tool-kind")).to_have_attribute("data-kind", "edit")
+    expect(page.locator(".message.agent").last).to_contain_text("Changed it.")
+    expect(page.locator(".note.turn-end")).to_have_attribute("data-stop-reason", "end_turn")
+    expect(page.locator("#cancel")).to_be_hidden()
+    expect(page.locator("#send")).to_be_enabled()
+    assert hello.read_text() == 'print("goodbye")\n'
+    # the two model steps were asked in review mode, with the request as the user message
+    assert any(m.get("content") == REQUEST for m in server.model.requests[0]["messages"])
+
+    # the session is in the sidebar, titled by its request
+    expect(page.locator("#sessions .session-item[aria-current=true]")).to_contain_text("change the greeting")
+
+    page.click("#undo")
+    expect(page.locator(".note.rewind")).to_contain_text("hello.py")
+    assert hello.read_text() == GREETING
+
+    # a reload reopens the session from the address: session/load replays its history
+    session_id = page.locator("#sessions .session-item[aria-current=true]").get_attribute("data-session-id")
+    assert session_id and f"#session={session_id}" in page.url
+    page.reload()
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    expect(page.locator("#mode")).to_have_value("review")  # the tab put its mode back
+    expect(page.locator(".message.user")).to_contain_text(REQUEST)
+    expect(page.locator(".message.agent").last).to_contain_text("Changed it.")
+    expect(page.locator(".tool-call")).to_have_attribute("data-status", "completed")
+
+
+@needs_chromium
+def test_rejecting_the_diff_leaves_the_file_alone(page, server: Server) -> None:
+    from playwright.sync_api import expect
+
+    hello = server.workspace / "hello.py"
+    card = ask_for_the_edit(page)
+    card.locator('button[data-option-id="reject_once"]').click()
+    expect(card).to_have_attribute("data-outcome", "reject_once")
+    expect(page.locator(".tool-call")).to_have_attribute("data-status", "failed")
+    expect(page.locator(".note.turn-end")).to_have_attribute("data-stop-reason", "end_turn")
+    expect(page.locator("#cancel")).to_be_hidden()
+    assert hello.read_text() == GREETING
+    assert len(server.model.requests) == 2  # the model heard about the refusal and answered
+
+
+@needs_chromium
+def test_cancel_while_asked_stops_the_turn(page, server: Server) -> None:
+    from playwright.sync_api import expect
+
+    card = ask_for_the_edit(page)
+    page.click("#cancel")
+    expect(card).to_have_attribute("data-outcome", "cancelled")
+    expect(page.locator(".note.turn-end")).to_have_attribute("data-stop-reason", "cancelled")
+    expect(page.locator("#cancel")).to_be_hidden()
+    expect(page.locator("#send")).to_be_visible()
+    assert (server.workspace / "hello.py").read_text() == GREETING
+
+
+def test_websocket_needs_the_token_and_its_own_origin(server: Server) -> None:
+    # A thread of its own: the module's sync Playwright keeps an event loop running on this one.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, _check_refusals(server)).result(60)
+
+
+async def _check_refusals(server: Server) -> None:
+    base = f"http://127.0.0.1:{server.port}"
+    rpc = f"ws://127.0.0.1:{server.port}/rpc"
+    own = {"Origin": base}
+    async with aiohttp.ClientSession() as http:
+        for url, headers, status in [
+            (rpc, own, 401),
+            (f"{rpc}?token=wrong{server.token}", own, 401),
+            (f"{rpc}?token={server.token}", {"Origin": "http://evil.example"}, 403),
+            (f"{rpc}?token={server.token}", {"Origin": f"http://localhost:{server.port}"}, 403),
+        ]:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await http.ws_connect(url, headers=headers)
+            assert refused.value.status == status, (url, headers)
+
+        async with http.get(f"{base}/static/app.js") as r:
+            assert r.status == 401
+        async with http.get(f"{base}/?token={server.token}") as r:
+            assert r.status == 200 and "static/app.js" in await r.text()
+
+        async with http.ws_connect(f"{rpc}?token={server.token}", headers=own) as ws:
+            await ws.send_str(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "processId": None, "rootUri": None, "capabilities": {}, "clientInfo": {"name": "composer-web"}}}))
+            reply = {}
+            while "id" not in reply:  # notifications (window/logMessage) may come first
+                reply = json.loads((await ws.receive(timeout=20)).data)
+            assert reply["id"] == 1 and "serverInfo" in reply["result"], reply
