@@ -56,6 +56,9 @@ model: setup
 bench: setup
 	$(PY) bench/engine.py
 
+bench-server: setup
+	$(PY) bench/server.py
+
 VLLM_VENV ?= .venv-vllm
 $(VLLM_VENV)/.setup-done:
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)

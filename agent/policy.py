@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from model.sampling import SamplingParams
 from model.toolcalls import (
     StreamingToolCallParser,
     TextDelta,
@@ -80,6 +79,8 @@ class EnginePolicy:
         prompt = self.engine.tokenizer.encode_chat(list(messages), tools=tools or None)
         max_tokens = max(1, min(max_tokens, self.engine.max_seq_len - len(prompt) - 1))
         constraint = self.engine.tool_call_constraint(tools) if tools and self.constrained else None
+        from model.sampling import SamplingParams  # torch: only the in-process engine needs it
+
         params = SamplingParams(
             max_tokens=max_tokens, temperature=temperature, constraint=constraint,
             return_routing=self.record_routing,
