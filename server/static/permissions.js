@@ -1,0 +1,87 @@
+/* Composer web chat page: permission cards, the page's answer to the server's
+ * session/request_permission. The question (its reasons, the edit's diff or the tool's input, one
+ * button per option) goes into the tool call's card; an answer, a cancel or a dropped connection
+ * settles it. */
+
+import {el} from "./dom.js";
+import {renderTitle} from "./chrome.js";
+import {renderSessions} from "./sessions.js";
+import {sessions, state} from "./state.js";
+import {newTool, renderDiff, upsertTool} from "./tools.js";
+import {scrollToEnd} from "./transcript.js";
+
+/* The question goes into the tool call's card (made from the question when the tool_call
+ * notification has not come yet: it does not end the agent message being streamed). */
+export function askPermission(params) {
+  const s = sessions.get(params.sessionId);
+  if (!s) return Promise.resolve({outcome: {outcome: "cancelled"}});
+  return new Promise((resolve) => {
+    const call = params.toolCall || {};
+    const id = String(call.toolCallId || "");
+    let tool = s.tools.get(id);
+    if (!tool || tool.status === "completed" || tool.status === "failed") {
+      tool = newTool(s, id, true);  // the tool_call notification will fill it in
+      upsertTool(s, Object.assign({}, call, {content: undefined}), false);
+    }
+    const options = Array.isArray(params.options) ? params.options : [];
+    const asked = (((params._meta || {}).composer || {}).asked) || [];
+    const card = el("div", {class: "permission", role: "group", "data-tool-call-id": call.toolCallId || "",
+      "data-testid": "permission", "aria-label": "Permission needed"});
+    const actions = el("div", {class: "permission-actions"});
+    const entry = {card, resolve: null};
+    const finish = (outcome, label) => {
+      if (!s.permissions.has(entry)) return;
+      s.permissions.delete(entry);
+      card.classList.add("answered");
+      tool.card.classList.remove("awaiting");
+      card.querySelectorAll("details.diff-block").forEach((d) => {
+        d.open = false;  // the card shows the diff again once the edit is done
+      });
+      card.dataset.outcome = outcome.outcome === "selected" ? outcome.optionId : outcome.outcome;
+      card.querySelectorAll("button").forEach((b) => {
+        b.disabled = true;
+      });
+      actions.append(el("span", {class: "permission-answer", text: label}));
+      resolve({outcome});
+      renderSessions();
+      renderTitle();
+    };
+    entry.resolve = finish;
+    card.append(el("div", {class: "permission-head"},
+      el("span", {class: "permission-label", text: "Permission needed:"}),
+      el("span", {class: "permission-title", text: call.title || "a tool call"})));
+    if (asked.length) {
+      card.append(el("ul", {class: "permission-reasons"},
+        ...asked.map((p) => el("li", {text: String(p.text || "")}))));
+    }
+    const diffs = (Array.isArray(call.content) ? call.content : []).filter((c) => c && c.type === "diff");
+    for (const d of diffs) card.append(renderDiff(s, d));
+    if (!diffs.length && call.rawInput !== undefined && call.rawInput !== null) {
+      card.append(el("pre", {class: "permission-input", text: JSON.stringify(call.rawInput, null, 2)}));
+    }
+    for (const option of options) {
+      const kind = String(option.kind || "");
+      actions.append(el("button", {
+        type: "button", class: kind.startsWith("allow") ? "allow" : "reject",
+        "data-option-id": option.optionId, "data-kind": kind,
+        onclick: () => finish({outcome: "selected", optionId: option.optionId}, `You chose: ${option.name || option.optionId}`),
+      }, option.name || option.optionId));
+    }
+    card.append(actions);
+    s.permissions.add(entry);
+    tool.card.classList.add("awaiting");
+    tool.card.classList.remove("collapsed");
+    tool.card.append(card);
+    if (state.current === s) scrollToEnd();  // a question is worth the jump
+    renderSessions();
+    renderTitle();
+    if (state.current === s) {
+      const first = actions.querySelector("button.allow");
+      if (first && document.activeElement === document.body) first.focus();
+    }
+  });
+}
+
+export function settlePermissions(s, why) {
+  for (const entry of Array.from(s.permissions)) entry.resolve({outcome: "cancelled"}, `Cancelled (${why})`);
+}

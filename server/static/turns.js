@@ -1,0 +1,115 @@
+/* Composer web chat page: turns. Sending a prompt (creating the session first when the page
+ * shows a draft, in the mode picked for it), the turn's end note, cancel, and "Undo last turn"
+ * (composer/rewind). */
+
+import {$, plural, showError, toast} from "./dom.js";
+import {autosize, renderTitle, updateControls} from "./chrome.js";
+import {settlePermissions} from "./permissions.js";
+import {conn, notify, request} from "./rpc.js";
+import {ensureSession, refreshSessions, renderSessions} from "./sessions.js";
+import {state} from "./state.js";
+import {displayPath} from "./tools.js";
+import {appendChunk, appendNote, scrollToEnd} from "./transcript.js";
+
+export async function sendPrompt() {
+  const box = $("#prompt");
+  const text = box.value;
+  if (!text.trim() || state.sending || (state.current && state.current.running)) return;
+  if (!conn.ready) {
+    showError("Not connected to the server.", !conn.ws);
+    return;
+  }
+  const wantedMode = $("#mode").value;
+  state.sending = true;
+  updateControls();
+  let s;
+  try {
+    s = await ensureSession();
+    await s.modePending;
+  } catch (err) {
+    showError(`Could not start a session: ${err.message}`);
+    state.sending = false;
+    updateControls();
+    return;
+  }
+  if (s.mode && wantedMode && s.mode !== wantedMode) {  // never run in a mode the person did not pick
+    showError(`Not sent: the session is in ${s.mode} mode, not ${wantedMode}.`);
+    state.sending = false;
+    updateControls();
+    return;
+  }
+  box.value = "";
+  autosize();
+  s.last = null;
+  appendChunk(s, "user", text);
+  s.last = null;
+  if (!s.title) {
+    s.title = text.split(/\s+/).join(" ").trim().slice(0, 80);
+    renderTitle();
+  }
+  s.running = true;
+  state.sending = false;
+  const started = Date.now();
+  updateControls();
+  renderSessions();
+  scrollToEnd();
+  try {
+    const result = await request("session/prompt", {sessionId: s.id, prompt: [{type: "text", text}]});
+    endTurn(s, result || {}, (Date.now() - started) / 1000);
+  } catch (err) {
+    appendNote(s, "error", `The turn failed: ${err.message}`);
+    showError(`session/prompt failed: ${err.message}`, !conn.ready && !conn.ws);
+  } finally {
+    s.running = false;
+    settlePermissions(s, "the turn ended");
+    updateControls();
+    refreshSessions();
+  }
+}
+
+function endTurn(s, result, seconds) {
+  const meta = (result._meta && result._meta.composer) || {};
+  const reason = result.stopReason || "end_turn";
+  const bits = [];
+  if (reason !== "end_turn") bits.push(`Stopped: ${reason.replace(/_/g, " ")}`);
+  else bits.push("Done");
+  if (typeof meta.steps === "number") bits.push(plural(meta.steps, "step"));
+  if (typeof meta.toolCalls === "number") bits.push(plural(meta.toolCalls, "tool call"));
+  bits.push(`${seconds.toFixed(1)} s`);
+  appendNote(s, reason === "end_turn" ? "turn-end" : "turn-end stopped", bits.join(" \u00B7 "),
+    {"data-stop-reason": reason});
+  if (meta.checkpoint) s.checkpoint = meta.checkpoint;
+}
+
+export function cancelTurn() {
+  const s = state.current;
+  if (!s || !s.running) return;
+  notify("session/cancel", {sessionId: s.id});
+  settlePermissions(s, "you cancelled the turn");
+  $("#turn-status").textContent = "Cancelling...";
+}
+
+export async function undoLastTurn() {
+  const s = state.current;
+  if (!s || !s.attached || s.running) return;
+  const button = $("#undo");
+  button.disabled = true;
+  try {
+    const result = await request("composer/rewind", {sessionId: s.id});
+    const changes = (result && result.changes) || {};
+    const parts = [];
+    for (const key of ["modified", "added", "deleted"]) {
+      const v = changes[key];
+      if (Array.isArray(v) && v.length) parts.push(`${key}: ${v.map((p) => displayPath(s, p)).join(", ")}`);
+      else if (typeof v === "number" && v) parts.push(`${v} ${key}`);
+    }
+    const what = parts.length ? parts.join("; ") : "no files changed";
+    const backup = result && result.backupCheckpointId ? ` (backup checkpoint ${result.backupCheckpointId})` : "";
+    appendNote(s, "rewind", `Undid the last turn's changes: restored checkpoint ${result && result.checkpointId}; ${what}${backup}.`);
+    toast("Restored the files to before the last turn.", "info");
+  } catch (err) {
+    showError(`Undo failed: ${err.message}`);
+  } finally {
+    updateControls();
+  }
+}
