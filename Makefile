@@ -16,7 +16,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup system-deps browser-deps run test lint model bench bench-vllm clean
+.PHONY: setup system-deps browser-deps run test lint model bench bench-server bench-vllm clean
 
 setup: system-deps $(STAMP)
 

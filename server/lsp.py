@@ -219,11 +219,13 @@ class ComposerServer(LanguageServer):
     def _register_commands(self) -> None:
         """`workspace/executeCommand` targets (pygls lists them in the server's capabilities)."""
 
-        async def prompt(text: str, session_id: str | None = None) -> dict[str, Any]:
-            return await self._command_prompt(text, session_id)
+        # pygls passes every argument positionally and ignores defaults: optional trailing
+        # arguments (an existing session's id) are therefore *varargs.
+        async def prompt(text: str, *session_id: str) -> dict[str, Any]:
+            return await self._command_prompt(text, *session_id[:1])
 
-        async def fix_diagnostic(uri: str, diagnostic: dict) -> dict[str, Any]:
-            return await self._command_prompt(fix_request(self, uri, diagnostic))
+        async def fix_diagnostic(uri: str, diagnostic: dict, *session_id: str) -> dict[str, Any]:
+            return await self._command_prompt(fix_request(self, uri, diagnostic), *session_id[:1])
 
         def rewind(session_id: str) -> dict[str, Any]:
             return self.hub.rewind({"sessionId": session_id})

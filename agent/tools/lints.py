@@ -23,7 +23,6 @@ Where diagnostics come from:
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import os
 import sys
@@ -35,10 +34,11 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from agent.exceptions import WorkspaceError
+from agent.retrieval import languages
 from agent.tools.base import ToolContext, ToolResult, ToolSpec, truncate
 
 if TYPE_CHECKING:
-    from tree_sitter import Node, Parser
+    from tree_sitter import Node
 
     from agent.workspace import Workspace
 
@@ -47,21 +47,10 @@ DEFAULT_RUFF_RULES = ("E9", "F63", "F7", "F82", "F401", "F811", "F841")
 RUFF_ERROR_PREFIXES = ("E9", "F63", "F7", "F82", "syntax", "invalid-syntax")
 RUFF_TIMEOUT_S = 20.0
 
-TREE_SITTER_LANGUAGES = {
-    ".py": ("tree_sitter_python", "language"),
-    ".pyi": ("tree_sitter_python", "language"),
-    ".js": ("tree_sitter_javascript", "language"),
-    ".mjs": ("tree_sitter_javascript", "language"),
-    ".cjs": ("tree_sitter_javascript", "language"),
-    ".jsx": ("tree_sitter_javascript", "language"),
-    ".ts": ("tree_sitter_typescript", "language_typescript"),
-    ".mts": ("tree_sitter_typescript", "language_typescript"),
-    ".cts": ("tree_sitter_typescript", "language_typescript"),
-    ".tsx": ("tree_sitter_typescript", "language_tsx"),
-    ".go": ("tree_sitter_go", "language"),
-    ".rs": ("tree_sitter_rust", "language"),
-    ".json": ("tree_sitter_json", "language"),
-}
+SYNTAX_CHECKED_LANGUAGES = ("python", "javascript", "typescript", "tsx", "go", "rust", "json")
+"""Languages (agent.retrieval.languages) whose tree-sitter syntax errors lints report."""
+TREE_SITTER_LANGUAGES = {suffix: name for suffix, name in languages.SUFFIXES.items()
+                         if name in SYNTAX_CHECKED_LANGUAGES}
 LINTABLE_SUFFIXES = frozenset(TREE_SITTER_LANGUAGES)
 MAX_SYNTAX_ERRORS = 20
 MAX_LINT_FILES = 100
@@ -201,19 +190,11 @@ def _from_ruff(item: dict[str, Any]) -> Diagnostic:
 # ---- tree-sitter -----------------------------------------------------------------------------
 
 
-@cache
-def _parser(module: str, function: str) -> Parser:
-    from tree_sitter import Language, Parser
-
-    grammar = getattr(importlib.import_module(module), function)
-    return Parser(Language(grammar()))
-
-
 def syntax_errors(text: str, suffix: str) -> list[Diagnostic]:
     """Tree-sitter's ERROR and MISSING nodes for a file with this suffix (".ts", ".go", ...),
     outermost first, at most MAX_SYNTAX_ERRORS."""
     source = text.encode("utf-8", "replace")
-    tree = _parser(*TREE_SITTER_LANGUAGES[suffix]).parse(source)
+    tree = languages.parser(TREE_SITTER_LANGUAGES[suffix]).parse(source)
     if not tree.root_node.has_error:
         return []
     lines = source.split(b"\n")

@@ -99,7 +99,7 @@ export async function openSession(id) {
 export async function ensureSession() {
   if (state.current) return state.current;
   if (!creating) {
-    const wanted = $("#mode").value;
+    const wanted = state.draftMode;  // only a mode the person picked; else the server's default
     creating = (async () => {
       const result = await request("session/new", {mcpServers: []});
       const s = makeSession(result.sessionId);
@@ -221,5 +221,5 @@ function setMode(s, modeId) {
 export function onModeChange() {
   const modeId = $("#mode").value;
   if (state.current && state.current.attached) setMode(state.current, modeId);
-  // in a draft the choice is applied when the session is created
+  else state.draftMode = modeId;  // in a draft the choice is applied when the session is created
 }

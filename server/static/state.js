@@ -8,4 +8,5 @@ export const state = {
   current: null,         // the session shown; null for a new (draft) one, created on first send
   sending: false,        // a prompt is on its way (its session being created or its mode set)
   workspaceRoot: null,   // the server's workspace, as far as the page has seen it
+  draftMode: null,       // the mode picked before the session exists; null keeps the server's default
 };

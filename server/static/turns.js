@@ -19,7 +19,8 @@ export async function sendPrompt() {
     showError("Not connected to the server.", !conn.ws);
     return;
   }
-  const wantedMode = $("#mode").value;
+  // a new session starts in the server's default mode unless the person picked one
+  const wantedMode = state.current ? $("#mode").value : state.draftMode;
   state.sending = true;
   updateControls();
   let s;

@@ -155,6 +155,10 @@ async def test_diagnostics_offer_a_fix_that_prompts_the_agent(client, workspace,
     asked = model.requests[-1]["messages"][-1]["content"]
     assert "'(' was never closed" in asked and "hello.py at line 1" in asked and "print('hello'" in asked
     assert client.progress_reports, "the turn showed work-done progress"
+    model.script = [[{"text": "Fixed again."}]]  # an optional last argument: continue that session
+    again = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="composer.fixDiagnostic", arguments=[*action.command.arguments, result["sessionId"]]))
+    assert again["sessionId"] == result["sessionId"]
 
 
 async def test_bad_session_requests_get_errors_that_name_the_problem(client, workspace):

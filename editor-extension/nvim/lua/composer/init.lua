@@ -1,0 +1,396 @@
+-- composer.nvim: Neovim's client for composer-lsp, Composer's language server.
+--
+--   require('composer').setup({ cmd = { 'composer-lsp', '--stdio' }, mode = 'review' })
+--
+-- The server config itself is lsp/composer.lua, so `vim.lsp.enable('composer')` works alone;
+-- this module adds the chat (ACP's `session/*` methods on the LSP connection), the commands of
+-- plugin/composer.lua, and the handlers lsp/composer.lua points at. Edits to open buffers arrive
+-- as `workspace/applyEdit`, which Neovim applies itself (undo with `u`). See :help composer.
+
+local Composer = {}
+local H = {}
+
+--- Defaults: `setup(config)` merges `config` over a copy of these.
+Composer.config = {
+  -- The server command: composer-lsp speaking LSP on stdin/stdout.
+  cmd = { 'composer-lsp', '--stdio' },
+  -- New sessions' mode: 'agent' (permission rules decide) or 'review' (every edit asks first).
+  mode = 'agent',
+  -- Call vim.lsp.enable('composer'), so the server starts with the first file buffer.
+  enable = true,
+  chat = {
+    -- Command run to make a window for the chat when no window shows it.
+    open = 'botright vsplit',
+    -- Lines of a tool's text output shown in the chat (the rest is elided).
+    max_output_lines = 8,
+  },
+  -- Buffer-local keymaps where the server attaches (`false` leaves one unset). In the chat
+  -- buffer: `i`, `a` or <CR> ask for a prompt, <C-c> cancels, `q` closes the window.
+  keymaps = {
+    chat = '<Leader>cc', -- normal mode: open the chat
+    ask = '<Leader>ca', -- visual mode: ask about the selected lines
+    fix = '<Leader>cf', -- normal mode: fix the diagnostic under the cursor
+    cancel = '<Leader>cx', -- normal mode: cancel the running turn
+  },
+  -- Milliseconds to wait for the server to start before giving up.
+  timeout = 10000,
+}
+
+H.default_config = vim.deepcopy(Composer.config)
+
+--- Client id -> the chat's session id on that client.
+H.sessions = {}
+--- Session id -> client id, while a turn started from here runs.
+H.running = {}
+--- Client id -> executeCommand turns in flight (their session ids come with the first update).
+H.commands = {}
+
+---@param config? table see |composer-config|
+function Composer.setup(config)
+  vim.validate('config', config, 'table', true)
+  Composer.config = vim.tbl_deep_extend('force', vim.deepcopy(H.default_config), config or {})
+  vim.lsp.config('composer', {
+    cmd = Composer.config.cmd,
+    init_options = { mode = Composer.config.mode },
+  })
+  if Composer.config.enable then
+    vim.lsp.enable('composer')
+  end
+end
+
+-- ---- commands ----------------------------------------------------------------------------------
+
+--- :ComposerChat [text]: shows the chat; with text, sends it as a prompt.
+---@param text? string
+function Composer.chat(text)
+  local client = H.client()
+  H.chat().show(Composer.config.chat.open, true)
+  if client and text and vim.trim(text) ~= '' then
+    Composer.prompt(text, client)
+  end
+end
+
+--- Sends `text` to the chat's session (started on first use) and streams the answer into the chat.
+---@param text string
+---@param client? vim.lsp.Client
+function Composer.prompt(text, client)
+  client = client or H.client()
+  if not client then
+    return
+  end
+  H.session(client, function(session_id)
+    if H.running[session_id] then
+      return H.notify('still answering; :ComposerCancel first', vim.log.levels.WARN)
+    end
+    H.chat().text(text, 'user')
+    H.running[session_id] = client.id
+    local params = { sessionId = session_id, prompt = { { type = 'text', text = text } } }
+    client:request('session/prompt', params, function(err, result)
+      H.done(session_id, err, result)
+    end)
+  end)
+end
+
+--- :'<,'>ComposerAsk [question]: sends the lines with the question (asked for when not given).
+---@param question string
+---@param line1 integer
+---@param line2 integer
+function Composer.ask(question, line1, line2)
+  local buf = vim.api.nvim_get_current_buf()
+  local client = H.client(buf)
+  local code = table.concat(vim.api.nvim_buf_get_lines(buf, line1 - 1, line2, false), '\n')
+  local name = vim.fn.fnamemodify(vim.api.nvim_buf_get_name(buf), ':.')
+  local function send(q)
+    if not client or not q or vim.trim(q) == '' then
+      return
+    end
+    local where = ('In %s, lines %d-%d:'):format(name, line1, line2)
+    H.chat().show(Composer.config.chat.open, true)
+    Composer.prompt(
+      ('%s\n\n%s\n```%s\n%s\n```'):format(q, where, vim.bo[buf].filetype, code),
+      client
+    )
+  end
+  if vim.trim(question or '') ~= '' then
+    return send(question)
+  end
+  vim.ui.input({ prompt = 'Ask Composer: ' }, send)
+end
+
+--- :ComposerFix: asks the server to fix the diagnostic under the cursor (composer.fixDiagnostic,
+--- which runs in a session of its own).
+function Composer.fix()
+  local buf = vim.api.nvim_get_current_buf()
+  local row, col = unpack(vim.api.nvim_win_get_cursor(0))
+  local diagnostic = H.diagnostic_at(buf, row - 1, col)
+  if not diagnostic then
+    return H.notify('no diagnostic on this line', vim.log.levels.WARN)
+  end
+  local client = H.client(buf)
+  if not client then
+    return
+  end
+  H.chat().show(Composer.config.chat.open, false)
+  H.chat().text('Fix: ' .. diagnostic.message, 'user')
+  H.commands[client.id] = (H.commands[client.id] or 0) + 1
+  local params = {
+    command = 'composer.fixDiagnostic',
+    arguments = { vim.uri_from_bufnr(buf), vim.lsp.diagnostic.from({ diagnostic })[1] },
+  }
+  client:request('workspace/executeCommand', params, function(err, result)
+    H.commands[client.id] = H.commands[client.id] - 1
+    H.done(result and result.sessionId, err, result)
+  end, buf)
+end
+
+--- :ComposerCancel: cancels every turn started from this Neovim that is still running.
+function Composer.cancel()
+  local any = false
+  for session_id, client_id in pairs(H.running) do
+    local client = vim.lsp.get_client_by_id(client_id)
+    if client then
+      client:notify('session/cancel', { sessionId = session_id })
+      any = true
+    end
+  end
+  if not any then
+    H.notify('nothing is running', vim.log.levels.INFO)
+  end
+end
+
+--- :ComposerMode {agent|review}: the chat session's mode.
+---@param mode string
+function Composer.set_mode(mode)
+  local client = H.client()
+  if not client then
+    return
+  end
+  H.session(client, function(session_id)
+    local params = { sessionId = session_id, modeId = mode }
+    client:request('session/set_mode', params, function(err)
+      if err then
+        return H.notify(err.message, vim.log.levels.ERROR)
+      end
+      H.chat().note('mode: ' .. mode)
+    end)
+  end)
+end
+
+--- :ComposerNew: closes the chat's session and empties the chat; the next prompt starts anew.
+function Composer.new_session()
+  for client_id, session_id in pairs(H.sessions) do
+    local client = vim.lsp.get_client_by_id(client_id)
+    if client and not H.running[session_id] then
+      client:request('session/close', { sessionId = session_id }, function() end)
+    end
+  end
+  H.sessions = {}
+  H.chat().clear()
+end
+
+-- ---- what lsp/composer.lua calls ---------------------------------------------------------------
+
+--- `session/update`: renders the update into the chat.
+function Composer.on_update(_, params, ctx)
+  local update, session_id = params.update or {}, params.sessionId
+  if not H.running[session_id] and (H.commands[ctx.client_id] or 0) > 0 then
+    H.running[session_id] = ctx.client_id -- the first sign of a command's turn
+  end
+  local chat, kind = H.chat(), update.sessionUpdate
+  if kind == 'agent_message_chunk' or kind == 'user_message_chunk' then
+    local text = type(update.content) == 'table' and update.content.text
+    if type(text) == 'string' then
+      chat.text(text, kind == 'user_message_chunk' and 'user' or 'agent')
+    end
+  elseif kind == 'tool_call' or kind == 'tool_call_update' then
+    chat.tool(update)
+  elseif kind == 'plan' then
+    chat.plan(update.entries)
+  end
+  vim.api.nvim_exec_autocmds('User', {
+    pattern = 'ComposerUpdate',
+    modeline = false,
+    data = { sessionId = session_id, update = update },
+  })
+end
+
+--- `session/request_permission`: shows the call (and its diff) in the chat and asks with
+--- vim.ui.select. Neovim runs server requests in a coroutine, so this yields until the answer.
+function Composer.on_permission(_, params)
+  local co, is_main = coroutine.running()
+  if not co or is_main then
+    return { outcome = { outcome = 'cancelled' } }
+  end
+  local call = params.toolCall or {}
+  if type(call.toolCallId) == 'string' then
+    H.chat().tool(call)
+  end
+  H.chat().show(Composer.config.chat.open, false) -- the diff to review
+  local prompt = ('Composer wants to %s'):format(call.title or 'run a tool')
+  local opts = {
+    prompt = prompt,
+    kind = 'composer_permission',
+    format_item = function(option)
+      return option.name
+    end,
+  }
+  vim.ui.select(params.options or {}, opts, function(choice)
+    -- Scheduled so that a synchronous vim.ui.select cannot resume before the yield below.
+    vim.schedule(function()
+      coroutine.resume(co, choice)
+    end)
+  end)
+  local choice = coroutine.yield()
+  if type(choice) == 'table' and choice.optionId then
+    return { outcome = { outcome = 'selected', optionId = choice.optionId } }
+  end
+  return { outcome = { outcome = 'cancelled' } }
+end
+
+--- `workspace/applyEdit`: Neovim's handler, except that an edit to a buffer that changed since
+--- the server last heard of it (typing not yet sent: didChange is debounced) is refused, so the
+--- agent reads again. Neovim itself applies such an edit blind when the server's version is 0,
+--- and otherwise skips it ("newer than edits") yet answers applied.
+function Composer.on_apply_edit(err, params, ctx)
+  local changes = type(params.edit) == 'table' and params.edit.documentChanges or {}
+  for _, change in ipairs(type(changes) == 'table' and changes or {}) do
+    local doc = change.textDocument
+    local version = type(doc) == 'table' and doc.version
+    if type(version) == 'number' then
+      local bufnr = vim.uri_to_bufnr(doc.uri)
+      if vim.api.nvim_buf_is_loaded(bufnr) and vim.lsp.util.buf_versions[bufnr] > version then
+        local reason = 'the buffer changed since Composer read it; read it again'
+        return { applied = false, failureReason = reason }
+      end
+    end
+  end
+  return vim.lsp.handlers['workspace/applyEdit'](err, params, ctx)
+end
+
+--- Buffer-local keymaps (|composer-keymaps|) where the server attaches.
+function Composer.on_attach(_, bufnr)
+  local maps = Composer.config.keymaps
+  local function map(mode, lhs, rhs, desc)
+    if lhs then
+      vim.keymap.set(mode, lhs, rhs, { buffer = bufnr, desc = 'Composer: ' .. desc })
+    end
+  end
+  map('n', maps.chat, '<Cmd>ComposerChat<CR>', 'open the chat')
+  map('x', maps.ask, ':ComposerAsk<CR>', 'ask about the selection')
+  map('n', maps.fix, '<Cmd>ComposerFix<CR>', 'fix the diagnostic under the cursor')
+  map('n', maps.cancel, '<Cmd>ComposerCancel<CR>', 'cancel the running turn')
+end
+
+-- ---- helpers -----------------------------------------------------------------------------------
+
+--- The chat module, its buffer's keymaps set when the buffer is made.
+function H.chat()
+  local chat = require('composer.chat')
+  chat.max_output_lines = Composer.config.chat.max_output_lines
+  local buf, created = chat.buf()
+  if created then
+    local function ask()
+      vim.ui.input({ prompt = 'Composer> ' }, function(text)
+        if text and vim.trim(text) ~= '' then
+          Composer.prompt(text)
+        end
+      end)
+    end
+    for _, lhs in ipairs({ 'i', 'a', '<CR>' }) do
+      vim.keymap.set('n', lhs, ask, { buffer = buf, desc = 'Composer: send a prompt' })
+    end
+    vim.keymap.set('n', '<C-c>', Composer.cancel, { buffer = buf, desc = 'Composer: cancel' })
+    vim.keymap.set('n', 'q', '<Cmd>close<CR>', { buffer = buf, desc = 'Composer: close the chat' })
+  end
+  return chat
+end
+
+--- The composer client of `bufnr`, else the one the chat last used, else any; started (for the
+--- root of `bufnr`, or of the current directory) if none runs. Nil, with a message, if it does
+--- not come up within `config.timeout`.
+---@param bufnr? integer
+---@return vim.lsp.Client?
+function H.client(bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  local last = H.last_client and vim.lsp.get_client_by_id(H.last_client)
+  local client = vim.lsp.get_clients({ name = 'composer', bufnr = bufnr })[1]
+    or (last and not last:is_stopped() and last)
+    or vim.lsp.get_clients({ name = 'composer' })[1]
+  if not client then
+    client = H.start(bufnr)
+  end
+  if client and not client.initialized then
+    vim.wait(Composer.config.timeout, function()
+      return client.initialized or client:is_stopped()
+    end, 20)
+  end
+  if not client or not client.initialized then
+    local cmd = table.concat(vim.tbl_map(tostring, Composer.config.cmd), ' ')
+    local message = ('composer-lsp did not start (cmd: %s); see :checkhealth vim.lsp'):format(cmd)
+    return H.notify(message, vim.log.levels.ERROR)
+  end
+  H.last_client = client.id
+  return client
+end
+
+--- Starts the client for the root vim.lsp.enable would pick.
+---@param bufnr integer
+---@return vim.lsp.Client?
+function H.start(bufnr)
+  local config = vim.deepcopy(vim.lsp.config.composer)
+  if not config then
+    return H.notify('no lsp/composer.lua on the runtimepath', vim.log.levels.ERROR)
+  end
+  -- A file buffer is attached (which also finds a client still initializing for it, as Neovim
+  -- 0.11 skips reuse with `attach = false`); others, like the chat, are not.
+  local file = vim.bo[bufnr].buftype == '' and vim.api.nvim_buf_get_name(bufnr) ~= ''
+  config.root_dir = vim.fs.root(file and bufnr or vim.fn.getcwd(), config.root_markers or {})
+  local id = vim.lsp.start(config, { bufnr = bufnr, attach = file })
+  return id and vim.lsp.get_client_by_id(id)
+end
+
+--- Calls `callback(session_id)` with the chat's session on `client`, made on first use.
+function H.session(client, callback)
+  local session_id = H.sessions[client.id]
+  if session_id then
+    return callback(session_id)
+  end
+  client:request('session/new', { cwd = client.root_dir, mcpServers = {} }, function(err, result)
+    if err then
+      return H.notify('session/new failed: ' .. err.message, vim.log.levels.ERROR)
+    end
+    H.sessions[client.id] = result.sessionId
+    callback(result.sessionId)
+  end)
+end
+
+--- A turn ended: note how in the chat, and fire `User ComposerTurnDone`.
+function H.done(session_id, err, result)
+  if session_id then
+    H.running[session_id] = nil
+  end
+  local stop = err and 'error' or (result and result.stopReason) or 'unknown'
+  H.chat().note(err and ('error: ' .. tostring(err.message)) or stop)
+  vim.api.nvim_exec_autocmds('User', {
+    pattern = 'ComposerTurnDone',
+    modeline = false,
+    data = { sessionId = session_id, stopReason = stop, error = err and err.message },
+  })
+end
+
+--- The diagnostic at (row, col) of `bufnr` (0-based), else the line's first.
+function H.diagnostic_at(bufnr, row, col)
+  local diagnostics = vim.diagnostic.get(bufnr, { lnum = row })
+  for _, d in ipairs(diagnostics) do
+    if d.col <= col and col <= (d.end_col or d.col) then
+      return d
+    end
+  end
+  return diagnostics[1]
+end
+
+function H.notify(message, level)
+  vim.notify('Composer: ' .. message, level)
+end
+
+return Composer

@@ -1,0 +1,325 @@
+/* The session client: the extension's side of composer-lsp's session methods, on any JSON-RPC
+ * connection (vscode-languageclient's LanguageClient in the editor, a vscode-jsonrpc
+ * MessageConnection in tests). It sends the requests, folds `session/update` into the chat state
+ * (chatState.ts), and holds `session/request_permission` questions until the person answers.
+ *
+ *   const client = new SessionClient({cwd: '/repo', mode: 'review'});
+ *   client.attach(connection);                      // after `initialize`
+ *   client.onDidChange((state) => render(state));
+ *   await client.prompt('rename foo to bar');       // creates the session on first use
+ *   client.answerPermission(requestId, 'allow_once');
+ *
+ * No `vscode` import: this module runs in plain Node.
+ */
+
+import { ChatAction, ChatState, currentSession, initialState, pendingPermissions, PermissionAnswer, reduce, ServerStatus } from './chatState';
+import {
+  ContentBlock, METHODS, ModeId, NewSessionResult, PromptResult, ProtocolDiagnostic, RequestPermissionParams,
+  RequestPermissionResponse, RewindResult, SERVER_COMMANDS, SessionInfo, SessionModes, SessionNotification,
+} from './types';
+
+export interface Disposable {
+  dispose(): void;
+}
+
+/** What the session client needs of a JSON-RPC connection; LanguageClient and vscode-jsonrpc's
+ * MessageConnection both have it. */
+export interface RpcConnection {
+  sendRequest<R>(method: string, params: unknown): Promise<R>;
+  sendNotification(method: string, params: unknown): Promise<void> | void;
+  onNotification(method: string, handler: (params: any) => void): Disposable;
+  onRequest(method: string, handler: (params: any) => unknown): Disposable;
+}
+
+export type LogLevel = 'info' | 'warn' | 'error';
+
+export interface SessionClientOptions {
+  /** The workspace sessions work in (session/new's cwd); the server's own workspace when unset. */
+  cwd?: string | null;
+  /** The mode new chats start in. */
+  mode?: ModeId;
+  log?: (level: LogLevel, message: string) => void;
+}
+
+export function errorMessage(err: unknown): string {
+  if (err instanceof Error) return err.message;
+  if (err && typeof err === 'object' && 'message' in err) return String((err as { message: unknown }).message);
+  return String(err);
+}
+
+type Waiting = { sessionId: string; resolve: (r: RequestPermissionResponse) => void };
+
+export class SessionClient {
+  private conn: RpcConnection | null = null;
+  private subscriptions: Disposable[] = [];
+  private waiting = new Map<number, Waiting>();
+  private nextRequestId = 1;
+  private current: ChatState;
+  private listeners = new Set<(state: ChatState) => void>();
+  private updateListeners = new Set<(n: SessionNotification) => void>();
+  /** What a server command turn is about, shown as its first message once its session appears. */
+  private commandLabels: string[] = [];
+  private creating: Promise<string> | null = null;
+
+  constructor(private readonly options: SessionClientOptions = {}) {
+    this.current = initialState(options.mode ?? 'agent');
+  }
+
+  get state(): ChatState {
+    return this.current;
+  }
+
+  get connected(): boolean {
+    return this.conn !== null;
+  }
+
+  /** Calls `listener` with the new state after every change. */
+  onDidChange(listener: (state: ChatState) => void): Disposable {
+    this.listeners.add(listener);
+    return { dispose: () => this.listeners.delete(listener) };
+  }
+
+  /** Every `session/update` notification as it arrives (before it is folded into the state). */
+  onUpdate(listener: (n: SessionNotification) => void): Disposable {
+    this.updateListeners.add(listener);
+    return { dispose: () => this.updateListeners.delete(listener) };
+  }
+
+  dispatch(action: ChatAction): void {
+    this.current = reduce(this.current, action);
+    for (const listener of [...this.listeners]) listener(this.current);
+  }
+
+  private log(level: LogLevel, message: string): void {
+    this.options.log?.(level, message);
+  }
+
+  // ---- the connection -------------------------------------------------------------------------
+
+  /** Starts using `conn` (an initialized connection); sessions of an earlier one reload on use. */
+  attach(conn: RpcConnection): void {
+    this.detach('starting');
+    this.conn = conn;
+    this.subscriptions.push(
+      conn.onNotification(METHODS.update, (params: SessionNotification) => this.onSessionUpdate(params)),
+      conn.onRequest(METHODS.requestPermission, (params: RequestPermissionParams) => this.onPermission(params)),
+    );
+    this.dispatch({ type: 'server', status: 'running' });
+  }
+
+  /** Stops using the connection: open questions are answered "cancelled", sessions detach. */
+  detach(status: ServerStatus = 'stopped', message?: string): void {
+    for (const s of this.subscriptions.splice(0)) s.dispose();
+    this.conn = null;
+    for (const [requestId, w] of [...this.waiting]) this.finish(requestId, w, { cancelled: 'the server stopped' }, false);
+    this.dispatch({ type: 'server', status, message: message ?? null });
+  }
+
+  private connection(): RpcConnection {
+    if (!this.conn) throw new Error('Composer is not connected to composer-lsp (see the Composer output channel)');
+    return this.conn;
+  }
+
+  private request<R>(method: string, params: unknown): Promise<R> {
+    return this.connection().sendRequest<R>(method, params);
+  }
+
+  // ---- what the server sends ------------------------------------------------------------------
+
+  private onSessionUpdate(params: SessionNotification): void {
+    if (!params || typeof params.sessionId !== 'string' || !params.update) return;
+    for (const listener of [...this.updateListeners]) listener(params);
+    this.adopt(params.sessionId);
+    this.dispatch({ type: 'update', sessionId: params.sessionId, update: params.update });
+  }
+
+  /** A session this client did not open (a server command made it) joins the chat, shown when a
+   * command turn is running. */
+  private adopt(sessionId: string): void {
+    if (this.current.sessions[sessionId]) return;
+    const command = this.current.commandTurns > 0;
+    this.dispatch({ type: 'opened', sessionId, cwd: this.options.cwd ?? null, running: command,
+      select: command || this.current.currentId === null });
+    const label = command ? this.commandLabels.shift() : undefined;
+    if (label) this.dispatch({ type: 'update', sessionId, update: { sessionUpdate: 'user_message_chunk', content: { type: 'text', text: label } } });
+  }
+
+  private onPermission(params: RequestPermissionParams): Promise<RequestPermissionResponse> {
+    if (!params || typeof params.sessionId !== 'string') return Promise.resolve({ outcome: { outcome: 'cancelled' } });
+    this.adopt(params.sessionId);
+    const requestId = this.nextRequestId++;
+    this.log('info', `permission asked (${requestId}): ${params.toolCall?.title ?? 'a tool call'}`);
+    return new Promise((resolve) => {
+      this.waiting.set(requestId, { sessionId: params.sessionId, resolve });
+      this.dispatch({ type: 'permissionAsked', requestId, params });
+    });
+  }
+
+  /** Answers permission question `requestId` with `optionId` (null: dismissed, "cancelled"). */
+  answerPermission(requestId: number, optionId: string | null): boolean {
+    const w = this.waiting.get(requestId);
+    if (!w) return false;
+    this.finish(requestId, w, optionId === null ? { cancelled: 'dismissed' } : { optionId });
+    return true;
+  }
+
+  private finish(requestId: number, w: Waiting, answer: PermissionAnswer, record = true): void {
+    this.waiting.delete(requestId);
+    w.resolve({ outcome: 'optionId' in answer ? { outcome: 'selected', optionId: answer.optionId } : { outcome: 'cancelled' } });
+    if (record) this.dispatch({ type: 'permissionSettled', sessionId: w.sessionId, requestId, answer });
+  }
+
+  private settleSession(sessionId: string, why: string): void {
+    for (const [requestId, w] of [...this.waiting]) {
+      if (w.sessionId === sessionId) this.finish(requestId, w, { cancelled: why });
+    }
+  }
+
+  // ---- sessions -------------------------------------------------------------------------------
+
+  /** Shows a new chat; its session is created on the first prompt. */
+  newChat(): void {
+    this.dispatch({ type: 'select', sessionId: null });
+  }
+
+  select(sessionId: string | null): void {
+    this.dispatch({ type: 'select', sessionId });
+  }
+
+  async newSession(): Promise<string> {
+    const params = { ...(this.options.cwd ? { cwd: this.options.cwd } : {}), mcpServers: [] };
+    const result = await this.request<NewSessionResult>(METHODS.newSession, params);
+    const wanted = this.current.draftMode;
+    this.dispatch({ type: 'opened', sessionId: result.sessionId, modes: result.modes, cwd: this.options.cwd ?? null });
+    if (result.modes && wanted !== result.modes.currentModeId) await this.setMode(wanted, result.sessionId);
+    return result.sessionId;
+  }
+
+  /** The current session, created (or reloaded, after a server restart) when needed; prompts sent
+   * while it is being created share it. */
+  async ensureSession(): Promise<string> {
+    const s = currentSession(this.current);
+    if (!s) {
+      this.creating ??= this.newSession().finally(() => { this.creating = null; });
+      return this.creating;
+    }
+    if (!s.attached) await this.loadSession(s.id);
+    return s.id;
+  }
+
+  /** Reopens a logged session: the server replays its history into the chat. */
+  async loadSession(sessionId: string): Promise<void> {
+    const conn = this.connection();
+    const before = this.current.sessions[sessionId];
+    this.dispatch({ type: 'opened', sessionId, loading: true, cwd: this.options.cwd ?? before?.cwd ?? null });
+    try {
+      const params = { sessionId, ...(this.options.cwd ? { cwd: this.options.cwd } : {}), mcpServers: [] };
+      const result = await conn.sendRequest<{ modes?: SessionModes } | null>(METHODS.loadSession, params);
+      this.dispatch({ type: 'loaded', sessionId, modes: result?.modes });
+    } catch (err) {
+      // what the chat showed stays (the replay may have half-rebuilt it)
+      if (before) this.dispatch({ type: 'restore', session: before });
+      else this.dispatch({ type: 'loaded', sessionId });
+      this.dispatch({ type: 'notice', sessionId, level: 'error', text: `Could not open the session: ${errorMessage(err)}` });
+      throw err;
+    }
+    if (before && before.mode !== this.current.sessions[sessionId]?.mode) await this.setMode(before.mode, sessionId);
+  }
+
+  async listSessions(): Promise<SessionInfo[]> {
+    const result = await this.request<{ sessions?: SessionInfo[] }>(METHODS.listSessions, this.options.cwd ? { cwd: this.options.cwd } : {});
+    return Array.isArray(result?.sessions) ? result.sessions : [];
+  }
+
+  /** Sets the mode of a session (default: the current one) and of the chats started after it. */
+  async setMode(modeId: ModeId, sessionId?: string): Promise<void> {
+    const id = sessionId ?? this.current.currentId;
+    const s = id ? this.current.sessions[id] : undefined;
+    if (s && s.attached && this.conn) {
+      await this.request(METHODS.setMode, { sessionId: s.id, modeId });
+      this.dispatch({ type: 'mode', sessionId: s.id, modeId });
+    } else if (s) {
+      this.dispatch({ type: 'mode', sessionId: s.id, modeId }); // applied when it reloads
+    }
+    this.dispatch({ type: 'mode', sessionId: null, modeId });
+  }
+
+  // ---- turns ----------------------------------------------------------------------------------
+
+  /** Sends a prompt to the current session (or `sessionId`) and waits for the turn to end. */
+  async prompt(input: string | ContentBlock[], sessionId?: string): Promise<PromptResult> {
+    const blocks: ContentBlock[] = typeof input === 'string' ? [{ type: 'text', text: input }] : input;
+    const shown = blocks.map(blockText).filter(Boolean).join('\n\n');
+    const id = sessionId ?? (await this.ensureSession());
+    this.dispatch({ type: 'prompted', sessionId: id, text: shown });
+    try {
+      const result = await this.request<PromptResult>(METHODS.prompt, { sessionId: id, prompt: blocks });
+      this.settleSession(id, 'the turn ended');
+      this.dispatch({ type: 'turnEnded', sessionId: id, stopReason: result?.stopReason ?? 'end_turn' });
+      return result;
+    } catch (err) {
+      this.settleSession(id, 'the turn failed');
+      this.dispatch({ type: 'turnFailed', sessionId: id, message: errorMessage(err) });
+      throw err;
+    }
+  }
+
+  /** Cancels the running turn of the current session (or `sessionId`); its open questions are
+   * answered "cancelled", as ACP asks of clients. */
+  async cancel(sessionId?: string): Promise<void> {
+    const id = sessionId ?? this.current.currentId;
+    if (!id || !this.conn) return;
+    this.settleSession(id, 'cancelled');
+    await this.conn.sendNotification(METHODS.cancel, { sessionId: id });
+  }
+
+  /** Restores the workspace to before the last turn's first change (composer/rewind). */
+  async rewind(sessionId?: string): Promise<RewindResult> {
+    const id = sessionId ?? this.current.currentId;
+    if (!id) throw new Error('There is no session to undo');
+    const result = await this.request<RewindResult>(METHODS.rewind, { sessionId: id });
+    this.dispatch({ type: 'notice', sessionId: id, level: 'info', text: 'Undid the last turn: the workspace is back where it was before it.' });
+    return result;
+  }
+
+  /** Asks the server to fix a diagnostic (its `composer.fixDiagnostic` command): a new session,
+   * shown in the chat as it streams. */
+  fixDiagnostic(uri: string, diagnostic: ProtocolDiagnostic): Promise<{ sessionId: string } & PromptResult> {
+    const send = () => this.request<{ sessionId: string } & PromptResult>(METHODS.executeCommand, {
+      command: SERVER_COMMANDS.fixDiagnostic, arguments: [uri, diagnostic] });
+    return this.commandTurn(`Fix: ${diagnostic.message}`, send);
+  }
+
+  /** Runs a server command that starts a turn (`send` does the request), keeping the chat state
+   * right about it: its session is adopted and shown, and ends when the command answers. */
+  async commandTurn<T>(label: string, send: () => Promise<T>): Promise<T> {
+    this.commandLabels.push(label);
+    this.dispatch({ type: 'commandTurn', delta: 1 });
+    try {
+      const result = await send();
+      const r = result as unknown as { sessionId?: string; stopReason?: string } | null;
+      if (r && typeof r.sessionId === 'string' && this.current.sessions[r.sessionId]) {
+        this.settleSession(r.sessionId, 'the turn ended');
+        this.dispatch({ type: 'turnEnded', sessionId: r.sessionId, stopReason: r.stopReason ?? 'end_turn' });
+      }
+      return result;
+    } finally {
+      const at = this.commandLabels.indexOf(label);
+      if (at >= 0) this.commandLabels.splice(at, 1);
+      this.dispatch({ type: 'commandTurn', delta: -1 });
+    }
+  }
+
+  /** The permission questions of the current session still waiting, oldest first. */
+  pending(): { requestId: number; title: string }[] {
+    return pendingPermissions(currentSession(this.current)).map((p) => ({ requestId: p.permission.requestId, title: p.permission.title }));
+  }
+}
+
+function blockText(block: ContentBlock): string {
+  const b = block as { type: string; text?: string; uri?: string; name?: string; resource?: { uri?: string } };
+  if (b.type === 'text') return b.text ?? '';
+  if (b.type === 'resource') return `[${b.resource?.uri ?? 'resource'}]`;
+  if (b.type === 'resource_link') return `[${b.name ?? b.uri}]`;
+  return '';
+}

@@ -1,0 +1,169 @@
+/* The session protocol composer-lsp speaks next to LSP: ACP v1's payloads (camelCase keys,
+ * `_meta` for vendor data) on the methods session/new, /load, /list, /prompt, /set_mode, /cancel,
+ * /close, composer/rewind, the notification session/update and the server's request
+ * session/request_permission. See the repository's README, "The language server".
+ *
+ * Types only, and no `vscode` import: this layer runs in Node tests as well as in the extension.
+ */
+
+export type ModeId = 'agent' | 'review' | (string & {});
+
+export interface SessionMode {
+  id: ModeId;
+  name: string;
+  description?: string;
+}
+
+export interface SessionModes {
+  currentModeId: ModeId;
+  availableModes: SessionMode[];
+}
+
+export interface TextBlock {
+  type: 'text';
+  text: string;
+}
+
+export interface ResourceBlock {
+  type: 'resource';
+  resource: { uri: string; text: string; mimeType?: string };
+}
+
+export interface ResourceLinkBlock {
+  type: 'resource_link';
+  uri: string;
+  name?: string;
+}
+
+export type ContentBlock = TextBlock | ResourceBlock | ResourceLinkBlock | { type: string; [key: string]: unknown };
+
+export interface DiffContent {
+  type: 'diff';
+  path: string;
+  oldText?: string | null;
+  newText: string;
+}
+
+export type ToolCallContent =
+  | { type: 'content'; content: ContentBlock }
+  | DiffContent
+  | { type: 'terminal'; terminalId: string };
+
+export type ToolKind =
+  | 'read' | 'edit' | 'delete' | 'move' | 'search' | 'execute' | 'think' | 'fetch' | 'switch_mode' | 'other';
+
+export type ToolStatus = 'pending' | 'in_progress' | 'completed' | 'failed';
+
+export interface ToolLocation {
+  path: string;
+  line?: number;
+}
+
+/** The fields of a tool call; `tool_call` carries them all, `tool_call_update` only the changed ones. */
+export interface ToolCallFields {
+  toolCallId: string;
+  title?: string;
+  kind?: ToolKind;
+  status?: ToolStatus;
+  rawInput?: unknown;
+  rawOutput?: unknown;
+  locations?: ToolLocation[];
+  content?: ToolCallContent[];
+}
+
+export interface PlanEntry {
+  content: string;
+  priority?: 'high' | 'medium' | 'low';
+  status?: 'pending' | 'in_progress' | 'completed';
+}
+
+export type SessionUpdate =
+  | { sessionUpdate: 'user_message_chunk' | 'agent_message_chunk' | 'agent_thought_chunk'; content: ContentBlock }
+  | ({ sessionUpdate: 'tool_call' | 'tool_call_update' } & ToolCallFields)
+  | { sessionUpdate: 'plan'; entries: PlanEntry[] }
+  | { sessionUpdate: 'usage_update'; used: number; size: number; cost?: { amount: number; currency: string } }
+  | { sessionUpdate: 'current_mode_update'; currentModeId: ModeId }
+  | { sessionUpdate: 'session_info_update'; title?: string; updatedAt?: string }
+  | { sessionUpdate: string; [key: string]: unknown };
+
+export interface SessionNotification {
+  sessionId: string;
+  update: SessionUpdate;
+}
+
+export type PermissionOptionKind = 'allow_once' | 'allow_always' | 'reject_once' | 'reject_always';
+
+export interface PermissionOption {
+  optionId: string;
+  name: string;
+  kind: PermissionOptionKind;
+}
+
+export interface RequestPermissionParams {
+  sessionId: string;
+  toolCall: ToolCallFields;
+  options: PermissionOption[];
+  _meta?: { composer?: { asked?: { kind: string; text: string }[] } };
+}
+
+export type PermissionOutcome = { outcome: 'selected'; optionId: string } | { outcome: 'cancelled' };
+
+export interface RequestPermissionResponse {
+  outcome: PermissionOutcome;
+}
+
+export interface NewSessionResult {
+  sessionId: string;
+  modes?: SessionModes;
+}
+
+export type StopReason = 'end_turn' | 'max_tokens' | 'max_turn_requests' | 'refusal' | 'cancelled' | (string & {});
+
+export interface PromptResult {
+  stopReason: StopReason;
+  _meta?: { composer?: { steps?: number; toolCalls?: number; checkpoint?: string | null } };
+}
+
+export interface SessionInfo {
+  sessionId: string;
+  cwd?: string;
+  title?: string | null;
+  updatedAt?: string;
+}
+
+export interface RewindResult {
+  checkpointId: string;
+  changes?: unknown;
+  backupCheckpointId?: string | null;
+}
+
+/** The LSP Diagnostic as `composer.fixDiagnostic` takes it (protocol positions, 0-based). */
+export interface ProtocolDiagnostic {
+  range: { start: { line: number; character: number }; end: { line: number; character: number } };
+  message: string;
+  severity?: number;
+  source?: string;
+  code?: string | number;
+}
+
+export const METHODS = {
+  newSession: 'session/new',
+  loadSession: 'session/load',
+  listSessions: 'session/list',
+  prompt: 'session/prompt',
+  setMode: 'session/set_mode',
+  cancel: 'session/cancel',
+  close: 'session/close',
+  rewind: 'composer/rewind',
+  update: 'session/update',
+  requestPermission: 'session/request_permission',
+  executeCommand: 'workspace/executeCommand',
+} as const;
+
+/** The server's `workspace/executeCommand` targets (the language client registers them as VS Code
+ * commands by these ids, so the extension's own commands use other ids). */
+export const SERVER_COMMANDS = {
+  prompt: 'composer.prompt',
+  fixDiagnostic: 'composer.fixDiagnostic',
+  rewind: 'composer.rewind',
+} as const;

@@ -1,0 +1,194 @@
+import { describe, expect, it } from 'vitest';
+import { currentSession, pendingPermissions, ToolItem } from '../src/protocol/chatState';
+import { SessionClient } from '../src/protocol/sessionClient';
+import { chunk, FakeConnection, MODES, permissionParams } from './support/fakeConnection';
+
+function setUp(responders: Record<string, (p: any) => unknown> = {}, mode: 'agent' | 'review' = 'agent') {
+  const conn = new FakeConnection({
+    'session/new': () => ({ sessionId: 's1', modes: MODES }),
+    'session/set_mode': () => ({}),
+    'session/prompt': () => ({ stopReason: 'end_turn' }),
+    ...responders,
+  });
+  const client = new SessionClient({ cwd: '/ws', mode });
+  client.attach(conn);
+  return { conn, client };
+}
+
+describe('the session client', () => {
+  it('creates the session on the first prompt and folds the streamed updates in', async () => {
+    const { conn, client } = setUp({
+      'session/prompt': (p) => {
+        conn.notify('session/update', { sessionId: p.sessionId, update: chunk('Hel') });
+        conn.notify('session/update', { sessionId: p.sessionId, update: chunk('lo.') });
+        return { stopReason: 'end_turn' };
+      },
+    });
+    const result = await client.prompt('hi');
+    expect(result.stopReason).toBe('end_turn');
+    expect(conn.sent.map((r) => r.method)).toEqual(['session/new', 'session/prompt']);
+    expect(conn.sent[0].params).toEqual({ cwd: '/ws', mcpServers: [] });
+    expect(conn.sent[1].params).toEqual({ sessionId: 's1', prompt: [{ type: 'text', text: 'hi' }] });
+    const s = currentSession(client.state)!;
+    expect(s.items.map((i) => (i.type === 'message' ? [i.role, i.text] : i.type))).toEqual([['user', 'hi'], ['agent', 'Hello.']]);
+    expect(s.running).toBe(false);
+  });
+
+  it('puts a new session in the chosen mode', async () => {
+    const { conn, client } = setUp({}, 'review');
+    await client.newSession();
+    expect(conn.sent[1]).toEqual({ method: 'session/set_mode', params: { sessionId: 's1', modeId: 'review' } });
+    expect(currentSession(client.state)!.mode).toBe('review');
+  });
+
+  it('holds a permission question until the person answers it, then replies with the option', async () => {
+    const { conn, client } = setUp();
+    await client.newSession();
+    const answer = conn.ask('session/request_permission', permissionParams('s1'));
+    const [pending] = pendingPermissions(currentSession(client.state));
+    expect(pending.permission.diffs).toHaveLength(1);
+    expect(client.pending()).toEqual([{ requestId: pending.permission.requestId, title: 'edit_file hello.py' }]);
+
+    expect(client.answerPermission(pending.permission.requestId, 'allow_once')).toBe(true);
+    expect(await answer).toEqual({ outcome: { outcome: 'selected', optionId: 'allow_once' } });
+    const tool = currentSession(client.state)!.items[0] as ToolItem;
+    expect(tool.permission!.answer).toEqual({ optionId: 'allow_once' });
+    expect(client.answerPermission(pending.permission.requestId, 'reject_once')).toBe(false); // once only
+  });
+
+  it('cancel answers the open questions "cancelled" and sends session/cancel', async () => {
+    const { conn, client } = setUp();
+    await client.newSession();
+    const answer = conn.ask('session/request_permission', permissionParams('s1'));
+    await client.cancel();
+    expect(await answer).toEqual({ outcome: { outcome: 'cancelled' } });
+    expect(conn.notifications).toEqual([{ method: 'session/cancel', params: { sessionId: 's1' } }]);
+  });
+
+  it('a question left open when the turn ends is answered "cancelled"', async () => {
+    let asked: Promise<any> | undefined;
+    const { conn, client } = setUp({
+      'session/prompt': (p) => {
+        asked = conn.ask('session/request_permission', permissionParams(p.sessionId));
+        return { stopReason: 'end_turn' };
+      },
+    });
+    await client.prompt('go');
+    expect(await asked).toEqual({ outcome: { outcome: 'cancelled' } });
+  });
+
+  it('records a failed prompt in the chat and rethrows it', async () => {
+    const { client } = setUp({ 'session/prompt': () => { throw new Error('session s1 is already answering a prompt'); } });
+    await expect(client.prompt('go')).rejects.toThrow('already answering');
+    expect(currentSession(client.state)).toMatchObject({ running: false, error: 'session s1 is already answering a prompt' });
+  });
+
+  it('adopts and shows the session a server command (fix this) starts', async () => {
+    const { conn, client } = setUp({
+      'workspace/executeCommand': (p) => {
+        expect(p.command).toBe('composer.fixDiagnostic');
+        conn.notify('session/update', { sessionId: 'fix1', update: chunk('Fixed.') });
+        expect(currentSession(client.state)).toMatchObject({ id: 'fix1', running: true });
+        return { sessionId: 'fix1', stopReason: 'end_turn' };
+      },
+    });
+    const diagnostic = { range: { start: { line: 0, character: 0 }, end: { line: 0, character: 1 } }, message: 'bad' };
+    const result = await client.fixDiagnostic('file:///ws/a.py', diagnostic);
+    expect(result.sessionId).toBe('fix1');
+    expect(conn.sent[0].params.arguments).toEqual(['file:///ws/a.py', diagnostic]);
+    const s = currentSession(client.state)!;
+    expect(s.items.map((i) => (i.type === 'message' ? i.text : i.type))).toEqual(['Fix: bad', 'Fixed.']);
+    expect(s.running).toBe(false);
+    expect(client.state.commandTurns).toBe(0);
+  });
+
+  it('on a new connection, reloads the current session before prompting it again', async () => {
+    const { client } = setUp();
+    await client.prompt('first');
+    const again = new FakeConnection({
+      'session/load': (p) => {
+        again.notify('session/update', { sessionId: p.sessionId, update: chunk('first', 'user_message_chunk') });
+        return { modes: MODES };
+      },
+      'session/prompt': () => ({ stopReason: 'end_turn' }),
+    });
+    client.detach('stopped');
+    expect(currentSession(client.state)!.attached).toBe(false);
+    client.attach(again);
+    await client.prompt('second');
+    expect(again.sent.map((r) => r.method)).toEqual(['session/load', 'session/prompt']);
+    expect(again.sent[0].params).toEqual({ sessionId: 's1', cwd: '/ws', mcpServers: [] });
+    const texts = currentSession(client.state)!.items.map((i) => (i.type === 'message' ? i.text : i.type));
+    expect(texts).toEqual(['first', 'second']); // rebuilt from the replay, not doubled
+  });
+
+  it('detaching answers waiting questions and stops listening', async () => {
+    const { conn, client } = setUp();
+    await client.newSession();
+    const answer = conn.ask('session/request_permission', permissionParams('s1'));
+    client.detach('stopped', 'bye');
+    expect(await answer).toEqual({ outcome: { outcome: 'cancelled' } });
+    expect(conn.handled).toEqual([]);
+    expect(client.state.server).toEqual({ status: 'stopped', message: 'bye' });
+    await expect(client.prompt('x')).rejects.toThrow('not connected');
+  });
+
+  it('sets the mode of the current session, and of new chats', async () => {
+    const { conn, client } = setUp();
+    await client.setMode('review'); // no session yet: only the draft
+    expect(conn.sent).toEqual([]);
+    expect(client.state.draftMode).toBe('review');
+    await client.newSession();
+    await client.setMode('agent');
+    expect(conn.sent.filter((r) => r.method === 'session/set_mode').map((r) => r.params.modeId)).toEqual(['review', 'agent']);
+    expect(currentSession(client.state)!.mode).toBe('agent');
+    expect(client.state.draftMode).toBe('agent');
+  });
+
+  it('rewinds and lists through the server', async () => {
+    const { conn, client } = setUp({
+      'composer/rewind': () => ({ checkpointId: 'c1' }),
+      'session/list': () => ({ sessions: [{ sessionId: 's1', title: 'hi' }] }),
+    });
+    await client.newSession();
+    expect(await client.rewind()).toEqual({ checkpointId: 'c1' });
+    expect(await client.listSessions()).toEqual([{ sessionId: 's1', title: 'hi' }]);
+    expect(conn.sent.at(-1)!.params).toEqual({ cwd: '/ws' });
+  });
+
+  it('ignores malformed server messages', async () => {
+    const { conn, client } = setUp();
+    conn.notify('session/update', { update: chunk('no session id') });
+    conn.notify('session/update', null);
+    expect(await conn.ask('session/request_permission', {})).toEqual({ outcome: { outcome: 'cancelled' } });
+    expect(client.state.sessions).toEqual({});
+  });
+});
+
+describe('the session client when reloading fails', () => {
+  it('keeps the transcript when the server is down or the load fails', async () => {
+    const conn = new FakeConnection({
+      'session/new': () => ({ sessionId: 's1', modes: MODES }),
+      'session/prompt': () => ({ stopReason: 'end_turn' }),
+    });
+    const client = new SessionClient({ cwd: '/ws' });
+    client.attach(conn);
+    await client.prompt('first');
+    client.detach('stopped');
+    await expect(client.prompt('again')).rejects.toThrow('not connected');
+    expect(currentSession(client.state)!.items).toHaveLength(1);
+
+    client.attach(new FakeConnection({ 'session/load': () => { throw new Error('no log for s1'); } }));
+    await expect(client.prompt('again')).rejects.toThrow('no log');
+    const texts = currentSession(client.state)!.items.map((i) => (i.type === 'notice' ? i.text : i.type));
+    expect(texts).toEqual(['message', 'Could not open the session: no log for s1']);
+  });
+});
+
+describe('the session client creating a session', () => {
+  it('creates one session for prompts sent while it is being created', async () => {
+    const { conn, client } = setUp();
+    await Promise.allSettled([client.prompt('one'), client.prompt('two')]);
+    expect(conn.sent.filter((r) => r.method === 'session/new')).toHaveLength(1);
+  });
+});

@@ -1,0 +1,84 @@
+/* An in-memory RpcConnection for unit tests: records what the client sends, answers requests with
+ * the handlers a test sets, and lets the test play the server (notify, ask).
+ *
+ *   const conn = new FakeConnection({'session/new': () => ({sessionId: 's1', modes})});
+ *   client.attach(conn);
+ *   conn.notify('session/update', {...});
+ *   const answer = await conn.ask('session/request_permission', {...});
+ */
+
+import type { Disposable, RpcConnection } from '../../src/protocol/sessionClient';
+
+type Handler = (params: any) => unknown;
+
+export class FakeConnection implements RpcConnection {
+  sent: { method: string; params: any }[] = [];
+  notifications: { method: string; params: any }[] = [];
+  private notificationHandlers = new Map<string, (p: any) => void>();
+  private requestHandlers = new Map<string, Handler>();
+
+  constructor(public responders: Record<string, Handler> = {}) {}
+
+  async sendRequest<R>(method: string, params: unknown): Promise<R> {
+    this.sent.push({ method, params });
+    const responder = this.responders[method];
+    if (!responder) throw new Error(`no responder for ${method}`);
+    return (await responder(params)) as R;
+  }
+
+  sendNotification(method: string, params: unknown): void {
+    this.notifications.push({ method, params });
+  }
+
+  onNotification(method: string, handler: (params: any) => void): Disposable {
+    this.notificationHandlers.set(method, handler);
+    return { dispose: () => this.notificationHandlers.delete(method) };
+  }
+
+  onRequest(method: string, handler: Handler): Disposable {
+    this.requestHandlers.set(method, handler);
+    return { dispose: () => this.requestHandlers.delete(method) };
+  }
+
+  /** The server sends a notification. */
+  notify(method: string, params: unknown): void {
+    this.notificationHandlers.get(method)?.(params);
+  }
+
+  /** The server sends a request; resolves with the client's answer. */
+  ask(method: string, params: unknown): Promise<any> {
+    const handler = this.requestHandlers.get(method);
+    if (!handler) throw new Error(`the client does not handle ${method}`);
+    return Promise.resolve(handler(params));
+  }
+
+  get handled(): string[] {
+    return [...this.notificationHandlers.keys(), ...this.requestHandlers.keys()];
+  }
+}
+
+export const MODES = {
+  currentModeId: 'agent',
+  availableModes: [{ id: 'agent', name: 'Agent' }, { id: 'review', name: 'Review edits' }],
+};
+
+export const chunk = (text: string, kind = 'agent_message_chunk') => ({ sessionUpdate: kind, content: { type: 'text', text } });
+
+export const DIFF = { type: 'diff' as const, path: '/ws/hello.py', oldText: "print('hello')\n", newText: "print('goodbye')\n" };
+
+export const OPTIONS = [
+  { optionId: 'allow_once', name: 'Allow', kind: 'allow_once' as const },
+  { optionId: 'allow_always', name: 'Always allow', kind: 'allow_always' as const },
+  { optionId: 'reject_once', name: 'Reject', kind: 'reject_once' as const },
+  { optionId: 'reject_always', name: 'Always reject', kind: 'reject_always' as const },
+];
+
+export function permissionParams(sessionId: string, toolCallId = 'call_0') {
+  return {
+    sessionId,
+    toolCall: { toolCallId, title: 'edit_file hello.py', kind: 'edit' as const, status: 'pending' as const,
+      rawInput: { path: 'hello.py' }, content: [DIFF] },
+    options: OPTIONS,
+    _meta: { composer: { asked: [{ kind: 'path', text: 'hello.py' }] } },
+  };
+}

