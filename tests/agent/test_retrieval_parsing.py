@@ -751,7 +751,7 @@ def test_lints_use_the_registry_for_the_same_suffixes() -> None:
 
 
 def test_pagerank_matches_networkx() -> None:
-    nx = pytest.importorskip("networkx")
+    import networkx as nx
     rng = np.random.default_rng(0)
     n, m = 12, 40
     src, dst = rng.integers(0, n, m), rng.integers(0, n - 2, m)  # nodes n-2, n-1: no in-edges
@@ -786,7 +786,7 @@ def aider_ranking(tags_by_file: dict[str, list[Tag]], focus: set[str], mentioned
     import math
     from collections import Counter, defaultdict
 
-    nx = pytest.importorskip("networkx")
+    import networkx as nx
     defines, references = defaultdict(set), defaultdict(list)
     for path, tags in tags_by_file.items():
         for t in tags:
