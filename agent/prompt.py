@@ -2,7 +2,7 @@
 files (`AGENTS.md`, `.cursorrules`, `.cursor/rules/*.md[c]`). Tool schemas travel separately, in
 the chat template's tools section (or the endpoint's `tools`).
 
-    system = system_prompt(workspace_root)
+    system = system_prompt(workspace_root, repo_map=workspace_repo_map(ws), semantic_search=True)
 """
 
 from __future__ import annotations
@@ -46,8 +46,15 @@ def rules_files(root: Path) -> list[tuple[str, str]]:
     return found
 
 
-def system_prompt(root: Path, extra: str = "") -> str:
-    parts = [BASE.format(root=root)]
+SEMANTIC = "- Use codebase_search to find code by what it does when you do not know its names."
+REPO_MAP = "# Repository map: the most referenced definitions, by file\n{map}"
+
+
+def system_prompt(root: Path, extra: str = "", *, repo_map: str = "", semantic_search: bool = False) -> str:
+    base = BASE.format(root=root)
+    if semantic_search:
+        base = base.replace("\n- Change files", f"\n{SEMANTIC}\n- Change files", 1)
+    parts = [base]
     budget = MAX_RULES_CHARS
     for name, text in rules_files(root):
         text = text.strip()
@@ -59,6 +66,8 @@ def system_prompt(root: Path, extra: str = "") -> str:
         budget -= len(text)
         if budget <= 0:
             break
+    if repo_map:
+        parts.append(REPO_MAP.format(map=repo_map.strip()))
     if extra:
         parts.append(extra)
     return "\n\n".join(parts)

@@ -24,6 +24,8 @@ from agent.permissions import PermissionPolicy, load_policy, rollout_policy
 from agent.policy import EndpointPolicy, EnginePolicy, Policy
 from agent.prompt import system_prompt
 from agent.replay import call_ids, conversation, history_updates, last_turn_checkpoint
+from agent.retrieval.repomap import workspace_repo_map
+from agent.retrieval.service import live_index
 from agent.session_log import (
     SessionLog,
     SessionLogError,
@@ -32,6 +34,7 @@ from agent.session_log import (
     workspace_slug,
 )
 from agent.tools.base import ToolContext, ToolRegistry
+from agent.tools.codebase import CodebaseSearch
 from agent.tools.files import file_tools
 from agent.tools.lints import ReadLints
 from agent.tools.search import Glob, Grep, ListDir
@@ -71,6 +74,11 @@ class SessionConfig:
     auto_allow: bool = False
     """Allow everything (RL rollouts in a sandbox, `--yes`) instead of the permission files."""
     checkpoints: bool = True
+    index: str | None = None
+    """Semantic codebase search: "minilm" (bundled), an embeddings URL, or "off"; None reads
+    $COMPOSER_INDEX (default minilm). The index builds in the background, shared per workspace."""
+    repo_map_tokens: int = 1024
+    """Budget of the repo map in the system prompt (0: none)."""
     client: str | None = None
     """Who drives the session (lsp, acp, web, cli, rollout): recorded in the log's header."""
     loop: LoopConfig = field(default_factory=LoopConfig)
@@ -119,9 +127,16 @@ class Session:
             else:
                 engine = await asyncio.to_thread(_shared_engine, config.model, config.quantize)
                 policy = EnginePolicy(engine)
-        tools = tools or default_tools()
+        live = live_index(root, config.index)
+        if tools is None:
+            tools = default_tools()
+            if live is not None:
+                tools.register(CodebaseSearch(live.index))
         permissions: PermissionPolicy = rollout_policy() if config.auto_allow else load_policy(root)
-        system = system_prompt(root)
+        repo_map = ""
+        if config.repo_map_tokens > 0:
+            repo_map = await asyncio.to_thread(workspace_repo_map, workspace, budget_tokens=config.repo_map_tokens)
+        system = system_prompt(root, repo_map=repo_map, semantic_search="codebase_search" in tools)
         header = {"client": config.client} if config.client else {}
         log = log or SessionLog.open(
             root, model={"id": policy.model_id, "backend": "endpoint" if config.endpoint else "engine"},

@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--api-key", default=os.environ.get("COMPOSER_API_KEY"))
     parser.add_argument("--quantize", choices=["none", "int4"], default="int4", help="in-process engine weights")
     parser.add_argument("--log-dir", type=Path, default=None, help="where session logs go")
+    parser.add_argument("--index", default=None, metavar="minilm|off|URL",
+                        help="semantic codebase search: the bundled MiniLM (default; $COMPOSER_INDEX "
+                             "overrides), an OpenAI-compatible embeddings URL, or off")
     parser.add_argument("--mode", choices=[m["id"] for m in MODES], default="agent",
                         help="new sessions' mode: agent (permission rules) or review (every edit asks)")
     parser.add_argument("--token", default=os.environ.get("COMPOSER_TOKEN"),
@@ -97,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     settings = ServerSettings(workspace=args.workspace.resolve(), endpoint=args.endpoint, model=args.model,
                               api_key=args.api_key, quantize=args.quantize, log_dir=args.log_dir,
-                              default_mode=args.mode)
+                              default_mode=args.mode, index=args.index)
     if args.ws:
         return _serve_ws(args, settings)
     if args.acp:

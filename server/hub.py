@@ -79,10 +79,12 @@ class ServerSettings:
     quantize: str = "int4"
     log_dir: Path | None = None
     default_mode: str = "agent"
+    index: str | None = None
+    """The codebase index: "minilm", an embeddings URL, "off"; None: $COMPOSER_INDEX or minilm."""
 
     def session_config(self, cwd: Path, client: str) -> SessionConfig:
         return SessionConfig(workspace=cwd, endpoint=self.endpoint, model=self.model, api_key=self.api_key,
-                             quantize=self.quantize, log_dir=self.log_dir, client=client)
+                             quantize=self.quantize, log_dir=self.log_dir, client=client, index=self.index)
 
 
 class _Events:

@@ -40,6 +40,7 @@ from agent.workspace import Workspace
 from server import __version__
 from server.editor import EditorEdits
 from server.hub import RequestError, ServerSettings, SessionHub
+from server.indexing import Indexing
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class ComposerServer(LanguageServer):
         self.root = settings.workspace.resolve()
         self.hub = SessionHub(_Peer(self), settings, client=client, workspace_for=self.workspace_for)
         self._workspaces: dict[Path, Workspace] = {}
+        self.indexing = Indexing(self, settings.index)
         self._register()
 
     # ---- the agent's workspace ------------------------------------------------------------------
@@ -135,9 +137,12 @@ class ComposerServer(LanguageServer):
 
     def _register(self) -> None:
         self.feature(types.INITIALIZE)(_handler(self._initialize))
+        self.feature(types.INITIALIZED)(_handler(self._initialized))
         self.feature(types.TEXT_DOCUMENT_DID_OPEN)(lambda p: self._mirror(p.text_document.uri))
-        self.feature(types.TEXT_DOCUMENT_DID_CHANGE)(lambda p: self._mirror(p.text_document.uri))
-        self.feature(types.TEXT_DOCUMENT_DID_CLOSE)(lambda p: self._mirror(p.text_document.uri, closed=True))
+        self.feature(types.TEXT_DOCUMENT_DID_CHANGE)(_handler(self._changed))
+        self.feature(types.TEXT_DOCUMENT_DID_SAVE, types.SaveOptions(include_text=False))(
+            lambda p: self.indexing.saved(p.text_document.uri))
+        self.feature(types.TEXT_DOCUMENT_DID_CLOSE)(_handler(self._closed))
         self.feature(types.SHUTDOWN)(_handler(self._shutdown))
         self.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
             code_action_kinds=[types.CodeActionKind.QuickFix]))(_handler(self._code_actions))
@@ -158,7 +163,19 @@ class ComposerServer(LanguageServer):
         self.window_log_message(types.LogMessageParams(
             type=types.MessageType.Info, message=f"composer-lsp {__version__} serving {self.root}"))
 
+    async def _initialized(self, params: Any) -> None:
+        await self.indexing.start(self.root)
+
+    def _changed(self, params: types.DidChangeTextDocumentParams) -> None:
+        self._mirror(params.text_document.uri)
+        self.indexing.changed(params.text_document.uri, self.workspace.get_text_document(params.text_document.uri).source)
+
+    def _closed(self, params: types.DidCloseTextDocumentParams) -> None:
+        self._mirror(params.text_document.uri, closed=True)
+        self.indexing.closed(params.text_document.uri)
+
     async def _shutdown(self, params: Any) -> None:
+        self.indexing.stop()
         await self.hub.close()
 
     @staticmethod

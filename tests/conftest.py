@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+# Sessions (and the servers tests start) build no semantic index unless a test asks for one:
+# loading MiniLM in every server process would cost ~15 s of CPU each. Tests of the index set it.
+os.environ.setdefault("COMPOSER_INDEX", "off")
 
 
 @dataclass(frozen=True)

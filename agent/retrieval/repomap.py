@@ -36,7 +36,10 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
-from agent.retrieval.tags import Tag
+from agent.exceptions import WorkspaceError
+from agent.retrieval.languages import language_for
+from agent.retrieval.tags import Tag, file_tags
+from agent.workspace import Workspace
 
 DAMPING = 0.85
 MAX_ITERATIONS = 100
@@ -218,3 +221,27 @@ class _Renderer:
             if previous < len(lines):
                 out.append("...")
         return "\n".join(out) + "\n" if out else ""
+
+
+def workspace_repo_map(workspace: Workspace, *, budget_tokens: int = 1024, max_files: int = 5000,
+                       max_file_bytes: int = 256_000) -> str:
+    """The repo map of a workspace's source files (gitignore respected; at most `max_files`
+    files of up to `max_file_bytes` each are read, so a huge repository costs bounded time)."""
+    tags_by_file: dict[str, list[Tag]] = {}
+    sources: dict[str, str] = {}
+    for i, rel in enumerate(workspace.iter_files()):
+        if i >= max_files:
+            break
+        if language_for(rel) is None:
+            continue
+        try:
+            if workspace.stat(rel).st_size > max_file_bytes:
+                continue
+            text = workspace.read_text(rel)
+        except (OSError, ValueError, WorkspaceError):  # binary, too big, vanished: not in the map
+            continue
+        sources[rel] = text
+        tags_by_file[rel] = file_tags(rel, text)
+    if not tags_by_file:
+        return ""
+    return repo_map(tags_by_file, sources, budget_tokens=budget_tokens)

@@ -77,10 +77,21 @@ class ScriptedModel:
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
 
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        """Deterministic bag-of-words vectors (agent.retrieval's HashingEmbedder), so search
+        through the endpoint backend can be tested without a neural model."""
+        from agent.retrieval.embedder import HashingEmbedder
+
+        texts = (await request.json())["input"]
+        vectors = HashingEmbedder().embed(list(texts))
+        return web.json_response({"object": "list", "model": "scripted", "data": [
+            {"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)]})
+
     async def _serve(self) -> None:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/embeddings", self._embeddings)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", self.port)

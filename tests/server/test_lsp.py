@@ -173,3 +173,31 @@ async def test_bad_session_requests_get_errors_that_name_the_problem(client, wor
     with pytest.raises(JsonRpcException, match="modeId"):
         await client.protocol.send_request_async("session/set_mode", {"sessionId": await _new(client, workspace)})
     assert await _new(client, workspace)  # still serving
+
+
+async def test_the_codebase_index_builds_with_progress_and_follows_saves(workspace, model, tmp_path):
+    (workspace / "retry.py").write_text("def backoff_delay(attempt):\n    return min(60, 2 ** attempt)\n")
+    client = await start_client(workspace, model.url, tmp_path / "logs", "--index", model.url)
+    try:
+        for _ in range(100):  # the build runs in the background; progress shows it ending
+            if any(isinstance(r, types.WorkDoneProgressEnd) for rs in client.progress_reports.values() for r in rs):
+                break
+            await asyncio.sleep(0.1)
+        begins = [r for rs in client.progress_reports.values() for r in rs if isinstance(r, types.WorkDoneProgressBegin)]
+        assert any("indexing" in b.title for b in begins)
+        # A file saved after the build becomes searchable.
+        (workspace / "parse.py").write_text("def parse_config_file(path):\n    return open(path).read()\n")
+        client.text_document_did_save(types.DidSaveTextDocumentParams(
+            text_document=types.TextDocumentIdentifier((workspace / "parse.py").as_uri())))
+        await asyncio.sleep(1.0)
+        search = {"name": "codebase_search", "arguments": {"query": "parse config file"}}
+        model.script = [[{"text": "", "tool_calls": [search]}, {"text": "Found it."}]]
+        session_id = await _new(client, workspace)
+        await _prompt(client, session_id, "where is the config parsed?")
+        done = [u["update"] for u in client.updates if u["update"].get("status") == "completed"]
+        results = [u["rawOutput"]["results"] for u in done if "results" in (u.get("rawOutput") or {})]
+        assert results and results[0][0]["path"] == "parse.py"
+        system = model.requests[0]["messages"][0]["content"]
+        assert "codebase_search" in system and "backoff_delay" in system  # the repo map
+    finally:
+        await stop_client(client)
