@@ -51,6 +51,9 @@ from model.client import OpenAICompatibleClient  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "server.json"
 DOC = ROOT / "docs" / "benchmarks.md"
+INDEX_OFF = ("--index", "off")
+"""The servers measured build no semantic index: its background build (bench/retrieval.py
+measures it) would share the two cores with what is timed here."""
 START, END = "<!-- server:begin -->", "<!-- server:end -->"
 
 CAPABILITIES = {"workspace": {"applyEdit": True, "workspaceEdit": {"documentChanges": True}},
@@ -97,7 +100,8 @@ class Rpc:
     async def stdio(cls, root: Path, url: str, logs: Path, argv: list[str] | None = None) -> Rpc:
         """composer-lsp --stdio (or `argv`), initialized; `started_s` is spawn to initialize's answer."""
         rpc = cls()
-        argv = argv or ["-m", "server", "--stdio", "--workspace", str(root), "--endpoint", url, "--log-dir", str(logs)]
+        argv = argv or ["-m", "server", "--stdio", "--workspace", str(root), "--endpoint", url, "--log-dir", str(logs),
+                        *INDEX_OFF]
         started = time.perf_counter()
         with open(logs / "server-stderr.log", "ab") as err:
             rpc.proc = await asyncio.create_subprocess_exec(
@@ -438,7 +442,7 @@ async def _ws_server(root: Path, url: str, logs: Path) -> tuple[asyncio.subproce
     with open(logs / "ws-stderr.log", "ab") as err:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "server", "--ws", "127.0.0.1:0", "--workspace", str(root), "--endpoint", url,
-            "--log-dir", str(logs), cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=err)
+            "--log-dir", str(logs), *INDEX_OFF, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=err)
     line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
     if "Composer is ready: " not in line:
         proc.kill()
