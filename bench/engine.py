@@ -27,14 +27,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
+from bench.report import publish  # noqa: E402
 from bench.workloads import chat_prompt, edit_rewrite_prompt, long_prompt  # noqa: E402
 from model.engine import Engine  # noqa: E402
 from model.home import ensure_default_model  # noqa: E402
 from model.sampling import SamplingParams  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results" / "engine.json"
-DOC = ROOT / "docs" / "benchmarks.md"
 
 
 def ours(engine: Engine, tok, n_decode: int, n_edit: int) -> dict:
@@ -168,17 +165,6 @@ def table(results: dict) -> str:
     return head + "\n".join(lines) + "\n" + extra
 
 
-def write_doc(text: str, meta: str) -> None:
-    start, end = "<!-- engine:start -->", "<!-- engine:end -->"
-    block = f"{start}\n{meta}\n\n{text}{end}"
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    if start in doc:
-        doc = doc[: doc.index(start)] + block + doc[doc.index(end) + len(end) :]
-    else:
-        doc += "\n## Engine\n\n" + block + "\n"
-    DOC.write_text(doc)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=None, help="checkpoint (default: composer-mini)")
@@ -206,12 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{torch.get_num_threads()} threads, torch {torch.__version__}; {n_decode} decode tokens, "
         f"edit-rewrite up to {n_edit} tokens; {time.strftime('%Y-%m-%d')}."
     )
-    text = table(results)
-    print(meta + "\n\n" + text)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"meta": meta, **results}, indent=2) + "\n")
-    if not args.quick:
-        write_doc(text, meta)
+    publish("engine", "Engine", {"meta": meta, **results}, table(results), meta, doc=not args.quick)
     return 0
 
 

@@ -26,7 +26,6 @@ import argparse
 import ast
 import datetime
 import inspect
-import json
 import os
 import platform
 import random
@@ -42,17 +41,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
 import numpy as np  # noqa: E402
 
 from agent.retrieval.chunking import chunk_text  # noqa: E402
 from agent.retrieval.embedder import HashingEmbedder, MiniLMEmbedder  # noqa: E402
 from agent.retrieval.index import CodebaseIndex  # noqa: E402
 from agent.retrieval.query import split_identifier  # noqa: E402
+from bench.report import publish  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results" / "retrieval.json"
-DOC = ROOT / "docs" / "benchmarks.md"
-START, END = "<!-- retrieval:begin -->", "<!-- retrieval:end -->"
 SITE = Path(sysconfig.get_path("purelib"))
 MODES = {"keyword": ["keyword"], "vector": ["vector"], "hybrid": ["keyword", "vector", "symbol"]}
 SPEED_PACKAGES = ("rich", "aiohttp", "pydantic")
@@ -486,16 +482,6 @@ def tables(res: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_doc(text: str, meta: str) -> None:
-    block = f"{START}\n{meta}\n\n{text}{END}"
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    if START in doc and END in doc:
-        doc = doc[: doc.index(START)] + block + doc[doc.index(END) + len(END) :]
-    else:
-        doc = doc.rstrip("\n") + "\n\n## Codebase search\n\n" + block + "\n"
-    DOC.write_text(doc)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", default="requests,urllib3", help="packages for the quality runs")
@@ -517,11 +503,10 @@ def main(argv: list[str] | None = None) -> int:
                    f"{load:.1f} at the start and {os.getloadavg()[0]:.1f} at the end (a shared machine: latencies "
                    f"move with its load; compare ratios); {datetime.date.today()}.")
     text = tables(res)
-    print("\n" + res["meta"] + "\n\n" + text)
-    if not args.no_write and not args.quick:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(res, indent=2) + "\n")
-        write_doc(text, res["meta"])
+    if args.no_write or args.quick:
+        print("\n" + res["meta"] + "\n\n" + text)
+    else:
+        publish("retrieval", "Codebase search", res, text, res["meta"])
     return 0
 
 

@@ -44,17 +44,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "server"))
-
 from scripted_model import ScriptedModel  # noqa: E402
 
+from bench.report import publish  # noqa: E402
 from model.client import OpenAICompatibleClient  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results" / "server.json"
-DOC = ROOT / "docs" / "benchmarks.md"
 INDEX_OFF = ("--index", "off")
 """The servers measured build no semantic index: its background build (bench/retrieval.py
 measures it) would share the two cores with what is timed here."""
-START, END = "<!-- server:begin -->", "<!-- server:end -->"
 
 CAPABILITIES = {"workspace": {"applyEdit": True, "workspaceEdit": {"documentChanges": True}},
                 "window": {"workDoneProgress": True},
@@ -544,16 +541,6 @@ def tables(res: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_doc(text: str, meta: str) -> None:
-    block = f"{START}\n{meta}\n\n{text}{END}"
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    if START in doc and END in doc:
-        doc = doc[: doc.index(START)] + block + doc[doc.index(END) + len(END):]
-    else:
-        doc = doc.rstrip("\n") + "\n\n## Language server\n\n" + block + "\n"
-    DOC.write_text(doc)
-
-
 async def run(args: argparse.Namespace) -> dict:
     n = 8 if args.quick else args.prompts
     changes = 100 if args.quick else args.changes
@@ -591,11 +578,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     res = asyncio.run(run(args))
     text = tables(res)
-    print("\n" + res["meta"] + "\n\n" + text)
-    if not args.no_write:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(res, indent=2) + "\n")
-        write_doc(text, res["meta"])
+    if args.no_write:
+        print("\n" + res["meta"] + "\n\n" + text)
+    else:
+        publish("server", "Language server", res, text, res["meta"])
     return 0
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import json
 import os
 import platform
 import statistics
@@ -34,14 +33,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
 from agent.tools.base import ToolContext, ToolRegistry  # noqa: E402
 from agent.tools.search import Glob, Grep, ListDir, find_rg  # noqa: E402
 from agent.workspace import Workspace  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results" / "tools.json"
-DOC = ROOT / "docs" / "benchmarks.md"
-START, END = "<!-- tools:start -->", "<!-- tools:end -->"
+from bench.report import publish  # noqa: E402
 
 # (label, tool arguments, the same search as rg flags)
 QUERIES = [
@@ -230,16 +225,6 @@ def tables(res: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_doc(text: str, meta: str) -> None:
-    block = f"{START}\n{meta}\n\n{text}{END}"
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    if START in doc and END in doc:
-        doc = doc[: doc.index(START)] + block + doc[doc.index(END) + len(END) :]
-    else:
-        doc = doc.rstrip("\n") + "\n\n## Tools\n\n" + block + "\n"
-    DOC.write_text(doc)
-
-
 async def run(args: argparse.Namespace) -> dict:
     rg = find_rg()
     if rg is None:
@@ -268,11 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     res = asyncio.run(run(args))
     text = tables(res)
-    print("\n" + res["meta"] + "\n\n" + text)
-    if not args.no_write:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(res, indent=2) + "\n")
-        write_doc(text, res["meta"])
+    if args.no_write:
+        print("\n" + res["meta"] + "\n\n" + text)
+    else:
+        publish("tools", "Tools", res, text, res["meta"])
     return 0
 
 
