@@ -8,25 +8,10 @@ import asyncio
 import pytest
 from lsp_client import start_client, stop_client
 from lsprotocol import types
-from scripted_model import ScriptedModel
 
 pytestmark = pytest.mark.slow
 
 EDIT = {"name": "edit_file", "arguments": {"path": "hello.py", "old_string": "hello", "new_string": "goodbye"}}
-
-
-@pytest.fixture
-def workspace(tmp_path):
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "hello.py").write_text("print('hello')\n")
-    return root
-
-
-@pytest.fixture
-def model():
-    with ScriptedModel([]) as m:
-        yield m
 
 
 @pytest.fixture

@@ -21,14 +21,6 @@ pytestmark = pytest.mark.slow
 SLOW = [[{"text": " ".join(["word"] * 400), "delay": 0.05}]]
 
 
-@pytest.fixture
-def workspace(tmp_path):
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "hello.py").write_text("print('hello')\n")
-    return root
-
-
 class RawStdio:
     """Speaks LSP framing to a server process by hand, so it can also send garbage."""
 
