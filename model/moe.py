@@ -40,6 +40,15 @@ def grouped_mm_reference(x_MI: torch.Tensor, w_EOI: torch.Tensor, offsets_E: tor
     return out
 
 
+def select_grouped_mm(expert_matmul: str) -> GroupedMM:
+    """The seam's implementation for `ModelConfig.expert_matmul`."""
+    if expert_matmul == "bf16":
+        return grouped_mm_reference
+    from kernels.grouped_mm import mxfp8_grouped_mm  # imported only when asked for
+
+    return mxfp8_grouped_mm
+
+
 class Router(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -62,7 +71,7 @@ class Experts(nn.Module):
         E, F_, D = config.num_experts, config.intermediate_size, config.hidden_size
         self.w13_EFD = nn.Parameter(torch.empty(E, 2 * F_, D))
         self.w2_EDF = nn.Parameter(torch.empty(E, D, F_))
-        self.grouped_mm: GroupedMM = grouped_mm_reference
+        self.grouped_mm: GroupedMM = select_grouped_mm(config.expert_matmul)
 
     def forward(self, x_MD: torch.Tensor, offsets_E: torch.Tensor) -> torch.Tensor:
         gate_MF, up_MF = self.grouped_mm(x_MD, self.w13_EFD, offsets_E).chunk(2, dim=-1)
