@@ -25,6 +25,7 @@ setup: system-deps $(STAMP)
 # Debian packages the project runs: bubblewrap sandboxes the agent's terminal.
 system-deps: browser-deps
 	@command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bubblewrap; }
+	@command -v g++ >/dev/null || { apt-get update -qq && apt-get install -y -qq g++; }
 
 # Chromium for the web chat page's browser tests (tests/server/test_web_page.py, via Playwright).
 browser-deps:

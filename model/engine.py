@@ -5,6 +5,8 @@ speculative decoding.
 One worker thread owns the model. Requests queue up; each step admits waiting requests into free
 cache rows (prefill), then decodes every active row together, verifying each row's draft tokens
 in the same forward pass. Finished rows leave at once and a waiting request takes their place.
+A lone sequence's plain steps on an int4 model run as one C++ call instead (model/fused_decode.py,
+the same logits).
 
     engine = Engine.from_pretrained()                    # composer-mini, built on first use
     [out] = engine.generate([engine.tokenizer.encode_chat(messages)], SamplingParams(max_tokens=64))
@@ -19,6 +21,7 @@ import asyncio
 import atexit
 import contextlib
 import queue
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -28,8 +31,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from model.fused_decode import (
+    FusedDecode,
+    FusedDecodeUnavailable,
+    enabled_by_env,
+    unsupported_reason,
+)
 from model.hf import load_model
 from model.layers import KVCache
+from model.openmp import release_openmp_threads
 from model.sampling import SamplingParams
 from model.sequence import Completion, Sequence, StreamEvent
 from model.speculative import propose
@@ -51,7 +61,19 @@ class _Pending:
 
 
 class Engine:
-    def __init__(self, model: Transformer, tokenizer, *, max_batch: int = 8, max_seq_len: int | None = None) -> None:
+    def __init__(
+        self,
+        model: Transformer,
+        tokenizer,
+        *,
+        max_batch: int = 8,
+        max_seq_len: int | None = None,
+        fused_decode: bool | None = None,
+    ) -> None:
+        """`fused_decode`: decode a lone sequence's plain steps in one C++ call
+        (model/fused_decode.py; int4 models only, the same logits). None (default): when the
+        model is int4 and the extension builds, unless COMPOSER_FUSED_DECODE=0; True: required
+        (raises when unavailable); False: never."""
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = model.config
@@ -68,7 +90,19 @@ class Engine:
         self._lock = threading.Lock()
         self._closed = False
         self._token_table = None
+        self.fused = self._build_fused(fused_decode)
         atexit.register(self.close)
+
+    def _build_fused(self, option: bool | None):
+        if option is False or (option is None and (not enabled_by_env() or unsupported_reason(self.model))):
+            return None  # models it cannot run (fp32, bf16) stay quiet: nothing is lost
+        try:
+            return FusedDecode.build(self.model, self.cache)
+        except FusedDecodeUnavailable as err:
+            if option:
+                raise
+            print(f"composer: fused decode unavailable, decoding on the eager path: {err}", file=sys.stderr, flush=True)
+            return None
 
     @classmethod
     def from_pretrained(
@@ -194,6 +228,9 @@ class Engine:
     # ---- worker ---------------------------------------------------------------------------------
 
     def _ensure_worker(self) -> None:
+        # Called on the requesting thread: its idle OpenMP workers would slow the worker's
+        # parallel regions down ~2x (model/openmp.py).
+        release_openmp_threads()
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="composer-engine", daemon=True)
@@ -201,13 +238,18 @@ class Engine:
 
     def _run(self) -> None:
         torch.set_grad_enabled(False)
+        idle = False
         while True:
             if not self._active and self._queue.empty():
                 if self._closed:
                     return
+                if not idle:  # the next thread to run torch gets full-speed OpenMP workers
+                    release_openmp_threads()
+                    idle = True
                 self._wake.wait(timeout=1.0)
                 self._wake.clear()
                 continue
+            idle = False
             try:
                 with torch.inference_mode():
                     self._admit()
@@ -262,6 +304,8 @@ class Engine:
     def _decode_step(self) -> None:
         seqs = [p.seq for p in self._active]
         drafts = [self._draft(seq) for seq in seqs]
+        if self._fused_step(seqs, drafts):
+            return
         S = 1 + max(len(d) for d in drafts)
         B = len(seqs)
         ids = torch.zeros(B, S, dtype=torch.long)
@@ -273,6 +317,9 @@ class Engine:
             positions[b] = (seq.length + torch.arange(S)).clamp(max=self.max_seq_len - 1)
             write_at[b, : len(fed)] = positions[b, : len(fed)]
         attend_len = max(seq.length + 1 + len(d) for seq, d in zip(seqs, drafts))
+        if B > 1:  # shorter rows read past their end (masked): that memory must hold numbers
+            for b, seq in enumerate(seqs):
+                self.cache.make_finite(b, seq.length, attend_len)
         out = self.model(
             ids.to(self.device),
             positions_BS=positions.to(self.device),
@@ -291,8 +338,29 @@ class Engine:
         for pending in list(self._active):
             self._after_step(pending)
 
+    def _fused_applies(self, seq: Sequence) -> bool:
+        """Whether `seq`'s next plain step runs fused: it decodes alone, without routing records."""
+        return self.fused is not None and len(self._active) == 1 and not seq.params.return_routing
+
+    def _fused_step(self, seqs: list[Sequence], drafts: list[list[int]]) -> bool:
+        """The common case in one C++ call: one sequence, one new token, no routing records.
+        Returns False (nothing done) for anything else."""
+        if drafts[0] or not self._fused_applies(seqs[0]):
+            return False
+        seq = seqs[0]
+        if seq.length >= self.max_seq_len:  # the eager path's clamped position: leave it to it
+            return False
+        logits_1V = self.fused.step(seq.last_token, seq.length)  # cache row 0: the only active row
+        seq.length += seq.accept(logits_1V, drafts=[])
+        self._after_step(self._active[0])
+        return True
+
     def _draft(self, seq: Sequence) -> list[int]:
         if not seq.params.use_speculation:
+            return []
+        if seq.params.speculative is None and self._fused_applies(seq):
+            # The engine's choice: a fused step (~7 ms) beats verifying drafts on the eager
+            # path, even when most drafts are accepted (docs/benchmarks.md). Asked-for drafts stay.
             return []
         if seq.draft_pause > 0:
             seq.draft_pause -= 1

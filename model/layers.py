@@ -65,13 +65,34 @@ class KVCache:
     Row b's positions [0, length_b) are valid; the caller tracks lengths and passes the absolute
     position of every new token, so rows of different lengths decode together. Pages are touched
     only as they fill (torch.empty), so a long `max_len` costs address space, not memory.
+    Rows decoded together read each other's attended span (masked): `make_finite` first.
     """
+
+    ZERO_CHUNK = 256
+    """Positions zeroed at a time by make_finite (it runs once per chunk, not per step)."""
 
     def __init__(self, config: ModelConfig, rows: int, max_len: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> None:
         shape = (rows, config.num_kv_heads, max_len, config.head_dim)
         self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
         self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
         self.rows, self.max_len = rows, max_len
+        self._finite_upto = [0] * rows  # per row: positions below were written or zeroed
+
+    def make_finite(self, row: int, length: int, upto: int) -> None:
+        """Zeroes row `row`'s never-written positions in [length, upto) (and a chunk beyond).
+
+        A row shorter than the batch's attended span reads its positions past `length` under
+        the mask, and a masked position still enters the output as 0 * value: never-written
+        memory (torch.empty may hand back freed NaN bits) would turn it into NaN. Positions
+        written since (by any sequence) hold finite keys and values, so each is zeroed once."""
+        start = max(self._finite_upto[row], length)
+        if start >= upto:
+            return
+        end = min(self.max_len, max(upto, start + self.ZERO_CHUNK))
+        for k, v in zip(self.k, self.v):
+            k[row, :, start:end].zero_()
+            v[row, :, start:end].zero_()
+        self._finite_upto[row] = end
 
     def move_row(self, src: int, dst: int, length: int) -> None:
         """Copies the first `length` positions of row `src` into row `dst` (compaction when a

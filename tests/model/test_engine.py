@@ -144,3 +144,18 @@ async def test_closing_the_stream_cancels_the_request(engine):
     assert not engine._active  # the row was released
     [out] = engine.generate([PROMPTS[2]], SamplingParams(max_tokens=4, ignore_eos=True))
     assert len(out.token_ids) == 4
+
+
+@pytest.mark.parametrize("speculative", [False, True])
+def test_never_written_cache_memory_cannot_leak_into_batched_rows(model, speculative):
+    """Rows of different lengths attend (masked) past the shorter rows' ends. The cache comes from
+    torch.empty, which may hand back freed NaN bits, and a masked NaN still poisons the output
+    (0 * NaN): the engine zeroes such positions before they are read."""
+    engine = Engine(model, ByteTokenizer(stop_token_ids=(0,)), max_batch=4)
+    for t in engine.cache.k + engine.cache.v:
+        t.fill_(float("nan"))  # the worst memory torch.empty could return
+    outs = engine.generate(PROMPTS, SamplingParams(max_tokens=24, ignore_eos=True, speculative=speculative))
+    for prompt, out in zip(PROMPTS, outs):
+        assert out.token_ids == reference_greedy(model, prompt, 24)
+        assert all(lp == lp for lp in out.logprobs)  # no NaN
+    engine.close()

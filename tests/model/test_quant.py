@@ -53,7 +53,7 @@ def test_quantized_model_decodes_and_speculation_stays_exact():
     engine = Engine(model, ByteTokenizer())
     prompt = [list(b"abc abc abc abc abc")]
     plain = engine.generate(prompt, SamplingParams(max_tokens=20, ignore_eos=True, speculative=False))
-    spec = engine.generate(prompt, SamplingParams(max_tokens=20, ignore_eos=True))
+    spec = engine.generate(prompt, SamplingParams(max_tokens=20, ignore_eos=True, speculative=True))
     assert plain[0].token_ids == spec[0].token_ids
     engine.close()
 
