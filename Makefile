@@ -22,7 +22,8 @@ STAMP := $(VENV)/.setup-done
 
 setup: system-deps $(STAMP)
 
-# Debian packages the project runs: bubblewrap sandboxes the agent's terminal.
+# Debian packages the project runs: bubblewrap sandboxes the agent's terminal; g++ compiles the
+# fused decode step (model/fused_decode.py).
 system-deps: browser-deps
 	@command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bubblewrap; }
 	@command -v g++ >/dev/null || { apt-get update -qq && apt-get install -y -qq g++; }
