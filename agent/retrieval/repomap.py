@@ -223,25 +223,49 @@ class _Renderer:
         return "\n".join(out) + "\n" if out else ""
 
 
+_TAGS_CACHE: dict[tuple[str, str], tuple[int, int, list[Tag]]] = {}
+"""(root, path) -> (mtime_ns, size, tags): files unchanged since the last map are not parsed again."""
+
+
+def _cached_tags(workspace: Workspace, rel: str, max_file_bytes: int) -> list[Tag] | None:
+    st = workspace.stat(rel)
+    if st.st_size > max_file_bytes:
+        return None
+    key = (str(workspace.root), rel)
+    hit = _TAGS_CACHE.get(key)
+    if workspace.buffer(rel) is None and hit is not None and hit[:2] == (st.st_mtime_ns, st.st_size):
+        return hit[2]
+    tags = file_tags(rel, workspace.read_text(rel))
+    if workspace.buffer(rel) is None:  # an unsaved buffer is not what the disk's stat describes
+        _TAGS_CACHE[key] = (st.st_mtime_ns, st.st_size, tags)
+    return tags
+
+
 def workspace_repo_map(workspace: Workspace, *, budget_tokens: int = 1024, max_files: int = 5000,
                        max_file_bytes: int = 256_000) -> str:
     """The repo map of a workspace's source files (gitignore respected; at most `max_files`
-    files of up to `max_file_bytes` each are read, so a huge repository costs bounded time)."""
+    files of up to `max_file_bytes` each are read, so a huge repository costs bounded time).
+    Tags are cached per file by mtime and size, so a new session in a known workspace re-parses
+    only what changed; only the files the map shows are read again."""
     tags_by_file: dict[str, list[Tag]] = {}
-    sources: dict[str, str] = {}
     for i, rel in enumerate(workspace.iter_files()):
         if i >= max_files:
             break
         if language_for(rel) is None:
             continue
         try:
-            if workspace.stat(rel).st_size > max_file_bytes:
-                continue
-            text = workspace.read_text(rel)
+            tags = _cached_tags(workspace, rel, max_file_bytes)
         except (OSError, ValueError, WorkspaceError):  # binary, too big, vanished: not in the map
             continue
-        sources[rel] = text
-        tags_by_file[rel] = file_tags(rel, text)
+        if tags is not None:
+            tags_by_file[rel] = tags
     if not tags_by_file:
         return ""
-    return repo_map(tags_by_file, sources, budget_tokens=budget_tokens)
+
+    def source(rel: str) -> str:
+        try:
+            return workspace.read_text(rel)
+        except (OSError, ValueError, WorkspaceError):
+            return ""
+
+    return repo_map(tags_by_file, source, budget_tokens=budget_tokens)
