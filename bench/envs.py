@@ -211,10 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     res = asyncio.run(run(args))
     text = tables(res)
-    if args.no_write:
-        print("\n" + res["meta"] + "\n\n" + text)
-    else:
-        publish("envs", "Environments", res, text, res["meta"])
+    publish("envs", "Environments", res, text, res["meta"], write=not args.no_write)
     return 0
 
 

@@ -36,9 +36,12 @@ def save_results(name: str, results: dict[str, Any]) -> Path:
     return path
 
 
-def publish(name: str, heading: str, results: dict[str, Any], text: str, meta: str, *, doc: bool = True) -> None:
-    """Prints the tables, saves the JSON and (unless `doc` is False) rewrites the doc's block."""
+def publish(name: str, heading: str, results: dict[str, Any], text: str, meta: str, *, write: bool = True,
+            doc: bool = True) -> None:
+    """Prints the tables; unless `write` is False (a `--no-write` run), saves the JSON and, unless
+    `doc` is False, rewrites the doc's block."""
     print("\n" + meta + "\n\n" + text)
-    save_results(name, results)
-    if doc:
-        write_doc(name, heading, text, meta)
+    if write:
+        save_results(name, results)
+        if doc:
+            write_doc(name, heading, text, meta)

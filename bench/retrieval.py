@@ -503,10 +503,7 @@ def main(argv: list[str] | None = None) -> int:
                    f"{load:.1f} at the start and {os.getloadavg()[0]:.1f} at the end (a shared machine: latencies "
                    f"move with its load; compare ratios); {datetime.date.today()}.")
     text = tables(res)
-    if args.no_write or args.quick:
-        print("\n" + res["meta"] + "\n\n" + text)
-    else:
-        publish("retrieval", "Codebase search", res, text, res["meta"])
+    publish("retrieval", "Codebase search", res, text, res["meta"], write=not (args.no_write or args.quick))
     return 0
 
 
