@@ -8,7 +8,7 @@ venv's site-packages with every docstring replaced by `pass` (line numbers kept)
 made from a function's docstring (its first sentence) can only be answered from the code. Metrics
 over those queries: file-level and function-level recall@5/@10 (the gold file / the gold
 function's chunk among the top k chunks) and MRR@10 (function level), for keyword-only (FTS5
-trigram, the baseline), vector-only and hybrid (keyword + vector + symbol, RRF k=60).
+trigram, the baseline), vector-only and hybrid (keyword + vector + symbol, RRF with index.RRF_K).
 Localisation: a function is mutated (a comparison flipped, a boolean swapped, ...), the file is
 re-indexed with update_files, and a bug report made of the function's name words and docstring
 sentence must bring the function into the top k; the mutation is then reverted.
@@ -309,7 +309,7 @@ def bench_build(work: Path, embedder: MiniLMEmbedder, sample_size: int) -> dict:
         copy_package(package, root, strip=False)
     res = chunk_rate(root)
     sample = random.Random(0).sample(res.pop("sample"), min(sample_size, res["chunks"]))
-    texts = [f"{c.header}\n{c.text}" for c in sample]
+    texts = [c.embedding_text for c in sample]
     embedder.embed(texts[:8])  # warm up (and load)
     started = time.perf_counter()
     embedder.embed(texts)

@@ -1,8 +1,8 @@
 """Split a source file into chunks for semantic search: functions, classes, methods and glue.
 
-    chunks = chunk_text("agent/session.py", text)           # max_chars=1500
+    chunks = chunk_text("agent/session.py", text)           # max_chars=MAX_CHARS (1,000)
     for c in chunks:
-        embed(c.header + "\\n" + c.text)                     # "agent/session.py: Session.prompt (method)"
+        embed(c.embedding_text)                             # "agent/session.py: Session.prompt (method)\\n..."
 
 The recipe (Cursor; Continue's core/indexing/chunk/code.ts; Sweep's chunker):
 - Top-level functions and classes become chunks; methods carry their class as symbol prefix
@@ -41,6 +41,12 @@ if TYPE_CHECKING:
     from agent.retrieval.languages import LanguageSpec
 
 MAX_FILE_CHARS = 1_000_000
+MAX_CHARS = 1000
+"""The default chunk size. MiniLM reads 256 word pieces and code runs about 3.5 characters to a
+piece, so 30% of 1,500-character chunks lost their tail to truncation; at 1,000 a long function
+becomes windows that each fit, and search ranks the function by its best window. Measured on
+bench/retrieval.py (requests, urllib3) against 1,500: hybrid function recall@10 on docstring
+queries 85% -> 87%, identifier MRR 0.88 -> 0.90, for 22% more chunks."""
 OVERLAP_LINES = 3
 SMALL_DIVISOR = 5
 """A top-level definition under max_chars // SMALL_DIVISOR is merged with its neighbours."""
@@ -70,8 +76,14 @@ class Chunk:
         """What to prepend when embedding: "agent/session.py: Session.prompt (method)"."""
         return f"{self.path}: {self.symbol} ({self.kind})" if self.symbol else self.path
 
+    @property
+    def embedding_text(self) -> str:
+        """What the embedder reads: the header first (so the path and symbol always count), then
+        the text."""
+        return f"{self.header}\n{self.text}"
 
-def chunk_text(path: str, text: str, *, max_chars: int = 1500) -> list[Chunk]:
+
+def chunk_text(path: str, text: str, *, max_chars: int = MAX_CHARS) -> list[Chunk]:
     """The chunks of one file, ordered by start line (a collapsed class before its methods)."""
     if max_chars < 1:
         raise ValueError(f"max_chars must be positive, got {max_chars}")

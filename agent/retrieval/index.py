@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from agent.retrieval import query as Q
-from agent.retrieval.chunking import Chunk, chunk_text
+from agent.retrieval.chunking import MAX_CHARS, Chunk, chunk_text
 from agent.retrieval.embedder import Embedder
 from agent.retrieval.exceptions import IndexNotReadyError, StaleIndexError
 from agent.retrieval.scan import diff, indexable, merkle, read_source, stat_files, text_record
@@ -51,11 +51,17 @@ CHANNELS = ("keyword", "vector", "symbol")
 COMPACT_MIN_GARBAGE = 4096
 """Cache rows (vectors no chunk uses) kept before a compaction is considered; past this, the
 matrix is compacted once they outnumber the live rows."""
-DEFAULT_WEIGHTS = {"keyword": 1.0, "vector": 3.0, "symbol": 0.25, "exact": 0.5}
+RRF_K = 10
+"""Reciprocal-rank fusion's k. The usual 60 flattens ranks so much that a channel's first hit
+barely beats its fiftieth; at 10 a keyword or symbol hit at rank 1-2 survives fusion with a
+vector ranking that missed it (bench/retrieval.py: keyword rank 1, fused rank 13-44 at k=60)."""
+DEFAULT_WEIGHTS = {"keyword": 1.0, "vector": 1.5, "symbol": 0.5, "exact": 1.0}
 """RRF weight per ranking ("exact": the symbol hits of the best exact-name tier, counted again).
-Tuned with MiniLM on bench/retrieval.py's docstring, bug-report and identifier queries (requests,
-urllib3): against equal weights, function recall@10 on docstring queries 82% -> 85%, bug reports
-unchanged (97%), identifier MRR 0.95 -> 0.94. Another embedder may want others (`weights=`)."""
+Chosen with RRF_K by a grid (k 5-60, vector 1-3, symbol 0.25-0.5, exact 0.5-1) over
+bench/retrieval.py's docstring, bug-report and identifier queries with MiniLM (requests, urllib3;
+the optimum is flat around it): against the former k=60 and weights 1/3/0.25/0.5, function
+recall@10 on docstring queries 91% -> 89% (requests) and 84% -> 86% (urllib3), on bug reports
+96% -> 98%, identifier MRR 0.87 -> 0.90. Another embedder may want others (`weights=`)."""
 
 
 @dataclass(frozen=True)
@@ -99,8 +105,8 @@ class CodebaseIndex:
     def __init__(self, workspace_root: str | os.PathLike[str], embedder: Embedder,
                  index_dir: str | os.PathLike[str] | None = None, *, read_only: bool = False,
                  on_progress: Callable[[int, int], None] | None = None, max_file_bytes: int = 1 << 20,
-                 max_chars: int = 1500, batch_chunks: int = 256, hnsw_threshold: int = 50_000,
-                 weights: Mapping[str, float] | None = None) -> None:
+                 max_chars: int = MAX_CHARS, batch_chunks: int = 256, hnsw_threshold: int = 50_000,
+                 weights: Mapping[str, float] | None = None, rrf_k: int = RRF_K) -> None:
         self.workspace = Workspace(workspace_root)
         self.root = self.workspace.root
         self.embedder = embedder
@@ -109,6 +115,7 @@ class CodebaseIndex:
         self.max_file_bytes, self.max_chars, self.batch_chunks = max_file_bytes, max_chars, batch_chunks
         self.hnsw_threshold = hnsw_threshold
         self.weights = dict(DEFAULT_WEIGHTS if weights is None else weights)
+        self.rrf_k = rrf_k
         self.index_dir = Path(index_dir) if index_dir is not None else self.root / ".composer" / "index"
         self._lock = threading.RLock()  # the SQLite connections and the snapshots
         self._update_lock = threading.Lock()  # one writer at a time
@@ -126,7 +133,8 @@ class CodebaseIndex:
     # ---- opening -------------------------------------------------------------------------------
 
     def _open_base(self) -> Shard | None:
-        name, dim = self.embedder.name, self.embedder.dim
+        # Chunk boundaries are part of what the rows mean: another max_chars rebuilds too.
+        name, dim = f"{self.embedder.name}; chunks of {self.max_chars}", self.embedder.dim
         if self.read_only:
             try:
                 shard = Shard.open(self.index_dir, name=name, dim=dim, read_only=True)
@@ -315,7 +323,7 @@ class CodebaseIndex:
         for (_, chunks), hs in zip(pending, hashes):
             for chunk, digest in zip(chunks, hs):
                 if digest not in rows and digest not in new_texts:
-                    new_texts[digest] = f"{chunk.header}\n{chunk.text}"
+                    new_texts[digest] = chunk.embedding_text
         new_vectors = self._vectors_for(new_texts, stats)
         for i, digest in enumerate(new_texts):
             rows[digest] = first + i
@@ -393,7 +401,7 @@ class CodebaseIndex:
 
     def search(self, query: str, k: int = 10, *, paths: Sequence[str] | None = None,
                channels: Sequence[str] = CHANNELS) -> list[SearchHit]:
-        """The k best chunks for `query`, fusing the channels by reciprocal rank (k=60), with
+        """The k best chunks for `query`, fusing the channels by reciprocal rank (RRF_K), with
         overlapping chunks of one file deduplicated. `paths`: globs or directories to search in.
         Raises IndexNotReadyError before the first complete build."""
         if not query.strip():
@@ -491,12 +499,12 @@ class CodebaseIndex:
             ids = list({cid for ranking in rankings.values() for n, cid in ranking if n == no})
             meta.update(((no, cid), row) for cid, row in shard.chunks(ids).items())
         unit = {key: (key[0], row[0], row[4]) if row[4] else key for key, row in meta.items()}
-        chunk_scores = {key: score for key, score, _ in Q.fuse(rankings, weights=self.weights)}
+        chunk_scores = {key: score for key, score, _ in Q.fuse(rankings, k=self.rrf_k, weights=self.weights)}
         units = {c: list(dict.fromkeys(unit[key] for key in r if key in unit)) for c, r in rankings.items()}
         members: dict[tuple, list[tuple[int, int]]] = {}
         for key in sorted(meta, key=lambda key: -chunk_scores.get(key, 0.0)):
             members.setdefault(unit[key], []).append(key)
-        fused = Q.fuse(units, weights=self.weights)
+        fused = Q.fuse(units, k=self.rrf_k, weights=self.weights)
         hits: list[SearchHit] = []
         for start in range(0, len(fused), 2 * k):  # texts are read for the likely hits only
             window = fused[start : start + 2 * k]

@@ -3,7 +3,7 @@
     terms = keyword_terms("where are HTTP retries handled?")   # ["http", "retr", "handl"]
     fts_expression(terms)                                      # '"http" OR "retr" OR "handl"'
     symbol_lookups("parse header links")                       # exact names, squashed runs, prefixes
-    fuse({"keyword": [a, b], "vector": [b, c]}, k=60)           # reciprocal-rank fusion
+    fuse({"keyword": [a, b], "vector": [b, c]}, k=10)           # reciprocal-rank fusion
 
 Keyword terms are words and identifier parts (camelCase and snake_case split, the whole kept
 too), lower-cased, stop words dropped, and cut to a crude stem that is a prefix of the word's

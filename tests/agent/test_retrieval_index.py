@@ -343,21 +343,23 @@ def test_truncated_vectors_are_rebuilt_with_a_warning(repo: Path, emb: CountingE
     index.close()
     vectors.write_bytes(vectors.read_bytes()[:100])
     with pytest.warns(UserWarning, match="fewer than"):
-        CodebaseIndex(repo, emb)
+        CodebaseIndex(repo, emb, max_chars=600)
 
 
 def test_other_embedder_or_schema_is_rebuilt_with_a_warning(repo: Path, emb: CountingEmbedder) -> None:
     built(repo, emb).close()
-    with pytest.warns(UserWarning, match="embedder 'hashing/128'"):
-        other = CodebaseIndex(repo, HashingEmbedder(64))
+    with pytest.warns(UserWarning, match="embedder 'hashing/128; chunks of 600'"):
+        other = CodebaseIndex(repo, HashingEmbedder(64), max_chars=600)
     other.update()
     other.close()
+    with pytest.warns(UserWarning, match="not 'hashing/64; chunks of 900'"):  # chunking changed
+        CodebaseIndex(repo, HashingEmbedder(64), max_chars=900).close()
     db = sqlite3.connect(repo / ".composer/index/meta.sqlite")
     with db:
         db.execute("UPDATE meta SET value='0' WHERE key='schema'")
     db.close()
     with pytest.warns(UserWarning, match="schema version 0"):
-        CodebaseIndex(repo, HashingEmbedder(64))
+        CodebaseIndex(repo, HashingEmbedder(64), max_chars=900)
 
 
 # ---- read-only shared index + overlay ------------------------------------------------------------

@@ -519,12 +519,12 @@ def test_collapsed_classes_keep_signatures_per_language() -> None:
     assert java[("class", "Queue", 26)] == "    public T poll() { ... }\n    public int size() { ... }\n}"
 
 
-def test_whole_files_merge_at_the_default_size() -> None:
-    chunks = chunk_text("jobs.py", PY)  # Job (236 chars) is small at 1500: merged with its neighbours
+def test_small_definitions_merge_with_their_neighbours() -> None:
+    chunks = chunk_text("jobs.py", PY, max_chars=1500)  # Job (236 chars) is under 1500 // 5: merged
     assert [(c.start_line, c.end_line, c.kind, c.symbol) for c in chunks] == [
         (1, 27, "module", None), (30, 53, "class", "Queue"), (56, 59, "module", None)]
     assert chunks[1].text == "\n".join(PY.split("\n")[29:53])
-    go = chunk_text("cache.go", GO)
+    go = chunk_text("cache.go", GO, max_chars=1500)
     assert len(go) == 1 and go[0].kind == "module" and go[0].symbol is None
 
 
