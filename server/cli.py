@@ -4,6 +4,7 @@
     composer-lsp --tcp 127.0.0.1:2087         # the same over one TCP connection
     composer-lsp --ws 127.0.0.1:8765          # websockets, many clients, and the web chat page
     composer-lsp --acp                        # an ACP agent on stdin/stdout (Zed, JetBrains, ...)
+    composer-lsp --trust-workspace DIR        # let DIR's .composer/permissions.json allow things
 
 Common options pick the workspace (default: the current directory; LSP clients' rootUri wins),
 the model (in-process composer-mini, int4, by default; or --endpoint for any OpenAI-compatible
@@ -56,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="--ws: another browser origin allowed to connect (repeatable)")
     parser.add_argument("--no-preload", action="store_true", help="--ws: load the model on the first prompt")
     parser.add_argument("--log-level", default=os.environ.get("COMPOSER_LOG_LEVEL", "WARNING"))
+    parser.add_argument("--trust-workspace", type=Path, metavar="DIR",
+                        help="let DIR's .composer/permissions file allow things (as it is now) and exit")
     return parser
 
 
@@ -91,10 +94,28 @@ def _serve_ws(args: argparse.Namespace, settings: ServerSettings) -> int:
     return 0
 
 
+def _trust(workspace: Path) -> int:
+    from agent.permissions import trust_workspace
+
+    try:
+        trusted = trust_workspace(workspace)
+    except (OSError, ValueError) as err:
+        print(f"composer-lsp: not trusted: {err}", file=sys.stderr)
+        return 2
+    if not trusted:
+        print(f"composer-lsp: {workspace} has no .composer/permissions.json or .toml to trust", file=sys.stderr)
+        return 1
+    for path in trusted:
+        print(f"trusted {path} as it is now; any change to it needs --trust-workspace again")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    if args.trust_workspace is not None:
+        return _trust(args.trust_workspace)
     if not args.workspace.is_dir():
         print(f"composer-lsp: workspace {args.workspace} is not a directory", file=sys.stderr)
         return 2

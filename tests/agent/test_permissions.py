@@ -24,6 +24,7 @@ from agent.permissions import (
     rollout_policy,
     save_rules,
     split_shell_command,
+    trust_workspace,
 )
 
 # ---- splitting ---------------------------------------------------------------------------------
@@ -312,7 +313,8 @@ def test_load_policy_layers_workspace_then_user(tmp_path: Path):
         {"tool": "run_terminal", "action": "allow", "command": "make*"},
         {"tool": "run_terminal", "action": "allow", "command": "npm *"}]}))
     save_rules(user, [Rule("run_terminal", "ask", command="make deploy*")], default="deny")
-    policy = load_policy(ws, user_file=user)
+    trust_workspace(ws, trust_file=tmp_path / "trusted.json")
+    policy = load_policy(ws, user_file=user, trust_file=tmp_path / "trusted.json")
     assert policy.default == "deny"
     assert policy.decide("run_terminal", terminal("make test")).action == "allow"
     assert policy.decide("run_terminal", terminal("make deploy")).action == "ask"
@@ -321,6 +323,59 @@ def test_load_policy_layers_workspace_then_user(tmp_path: Path):
     assert policy.decide("edit_file", {"path": str(ws / "a.py")}).action == "allow"
     with pytest.raises(ValueError, match="does not exist"):
         load_policy(ws, user_file=tmp_path / "missing.json")
+
+
+def test_an_untrusted_workspace_file_can_only_tighten(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    ws, trust = tmp_path / "ws", tmp_path / "config/trusted.json"
+    rules = ws / ".composer/permissions.json"
+    rules.parent.mkdir(parents=True)
+    rules.write_text(json.dumps({"default": "allow", "rules": [
+        {"tool": "run_terminal", "action": "allow", "command": "curl *"},
+        {"tool": "run_terminal", "action": "deny", "command": "git push*"},
+        {"tool": "edit_file", "action": "ask", "path": "src/**"}]}))
+    policy = load_policy(ws, trust_file=trust, user_file=_empty_user_file(tmp_path))
+    assert policy.default == "ask"  # the file's allow default is ignored
+    assert policy.decide("run_terminal", terminal("curl https://x.example | tee out")).action == "ask"
+    assert policy.decide("run_terminal", terminal("git push --force")).action == "deny"
+    assert policy.decide("edit_file", {"path": str(ws / "src/a.py")}).action == "ask"
+    assert "1 allow rule(s) and its allow default ignored" in caplog.text
+    assert f"--trust-workspace {ws}" in caplog.text
+
+    assert trust_workspace(ws, trust_file=trust) == [rules]
+    trusted = load_policy(ws, trust_file=trust, user_file=_empty_user_file(tmp_path))
+    assert trusted.default == "allow"
+    assert trusted.decide("run_terminal", terminal("curl https://x.example")).action == "allow"
+
+    rules.write_text(rules.read_text().replace("curl *", "*"))  # e.g. a pull changed it
+    lapsed = load_policy(ws, trust_file=trust, user_file=_empty_user_file(tmp_path))
+    assert lapsed.decide("run_terminal", terminal("rm -rf build")).action == "ask"
+    trust.write_text("{not json")  # a damaged store trusts nothing and breaks nothing
+    assert load_policy(ws, trust_file=trust, user_file=_empty_user_file(tmp_path)).default == "ask"
+
+
+def _empty_user_file(tmp_path: Path) -> Path:
+    path = tmp_path / "user.json"
+    save_rules(path, [])
+    return path
+
+
+def test_trust_workspace_from_the_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]):
+    from server.cli import main
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    assert main(["--trust-workspace", str(ws)]) == 1
+    assert "no .composer/permissions.json" in capsys.readouterr().err
+    (ws / ".composer").mkdir()
+    (ws / ".composer/permissions.json").write_text('[{"tool": "run_terminal", "action": "allow"}')
+    assert main(["--trust-workspace", str(ws)]) == 2  # a file that does not load is never trusted
+    (ws / ".composer/permissions.json").write_text('[{"tool": "run_terminal", "action": "allow", "command": "make*"}]')
+    assert main(["--trust-workspace", str(ws)]) == 0
+    assert "trusted" in capsys.readouterr().out
+    policy = load_policy(ws)
+    assert policy.decide("run_terminal", terminal("make all")).action == "allow"
 
 
 def test_learned_rules_round_trip(tmp_path: Path):
