@@ -1,6 +1,7 @@
 /* Composer web chat page: the transcript of a session. session/update notifications land here
  * (messages streaming in, thoughts, tool calls, plan, usage, title, mode), and so do the page's
- * own notes (turn ends, undo). Markdown-lite rendering: code fences and `spans`, text nodes only. */
+ * own notes (turn ends, undo). Markdown-lite rendering: code fences, `spans`, **strong** and *em*,
+ * as elements holding text nodes only (never HTML from the model). */
 
 import {$, contentText, el} from "./dom.js";
 import {renderPlan, renderTitle, renderUsage} from "./chrome.js";
@@ -80,7 +81,10 @@ export function appendChunk(s, kind, text) {
   renderText(s.last.body, s.last.text);
 }
 
-/* Markdown-lite: ``` fences become code blocks, `spans` inline code; everything else is text. */
+/* Markdown-lite: ``` fences become code blocks; `code`, **strong** and *em* (or _em_) spans
+ * inside paragraphs; everything else is text. A `*` inside a word (2*3) stays a star. */
+const INLINE = /`([^`\n]+)`|\*\*([^*\n]+)\*\*|(?<![\w*])([*_])([^*_\s][^*_\n]*?)\3(?![\w*])/g;
+
 function renderText(body, text) {
   const nodes = [];
   const parts = text.split("```");
@@ -95,12 +99,11 @@ function renderText(body, text) {
     if (i > 0) part = part.replace(/^\n/, "");
     if (i < parts.length - 1) part = part.replace(/\n$/, "");
     const para = el("div", {class: "text"});
-    const re = /`([^`\n]+)`/g;
     let at = 0;
-    let m;
-    while ((m = re.exec(part)) !== null) {
+    for (const m of part.matchAll(INLINE)) {
       if (m.index > at) para.append(part.slice(at, m.index));
-      para.append(el("code", {}, m[1]));
+      const [tag, inner] = m[1] !== undefined ? ["code", m[1]] : m[2] !== undefined ? ["strong", m[2]] : ["em", m[4]];
+      para.append(el(tag, {}, inner));
       at = m.index + m[0].length;
     }
     if (at < part.length) para.append(part.slice(at));

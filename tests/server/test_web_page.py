@@ -33,7 +33,7 @@ from scripted_model import ScriptedModel
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium")
 GREETING = 'print("hello")\n'
-SCRIPT = [[{"text": "I will change the greeting.",
+SCRIPT = [[{"text": "I will change the **greeting** in `hello.py`, *carefully*: 2*3 stays.",
             "tool_calls": [{"name": "edit_file",
                             "arguments": {"path": "hello.py", "old_string": "hello", "new_string": "goodbye"}}]},
            {"text": "Changed it."}]]
@@ -141,7 +141,11 @@ def ask_for_the_edit(page) -> object:
     page.press("#prompt", "Enter")
     expect(page.locator(".message.user")).to_contain_text(REQUEST)
     expect(page.locator("#prompt")).to_have_value("")
-    expect(page.locator(".message.agent").first).to_contain_text("I will change the greeting.")
+    said = page.locator(".message.agent").first
+    expect(said).to_contain_text("I will change the greeting in hello.py, carefully: 2*3 stays.")
+    expect(said.locator("strong")).to_have_text("greeting")  # Markdown emphasis, as text nodes
+    expect(said.locator("code")).to_have_text("hello.py")
+    expect(said.locator("em")).to_have_text("carefully")
     card = page.locator(".permission")
     expect(card).to_be_visible()
     expect(card.locator(".permission-title")).not_to_be_empty()
