@@ -1,7 +1,7 @@
 """Who may run what: allow / ask / deny rules for tool calls, shell commands judged part by part,
 and "always" answers remembered as exact rules.
 
-    policy = load_policy(workspace_root)   # default_editor_policy() + workspace file + user file
+    policy = default_editor_policy(workspace_root)                                   # the preset
     policy.decide("run_terminal", {"command": "git status && rm -rf /"}).action    # "deny"
     ok = await policy.check("run_terminal", {"command": "pytest -x"}, ask)         # may ask
 
@@ -26,16 +26,8 @@ judged as paths of `run_terminal`. What bashlex cannot parse, and commands named
 (`$CMD`, `bash -c "$X"`), are one opaque part: deny and ask patterns apply, but only an exact
 pattern or a pattern-less rule allows it, never a pattern matching a prefix of it.
 
-Rule files: `.composer/permissions.json` (or `.toml`) in the workspace, and
-`$XDG_CONFIG_HOME/composer/permissions.json` for the user: a list of rules or `{"default":
-"ask", "rules": [...]}` (TOML: `default = ...` and `[[rules]]`). Errors name file and rule index.
-
-Workspace trust: a workspace's file comes with the repository, so whoever wrote the repository
-wrote it. Its deny and ask rules always apply; its allow rules and an `allow` default apply only
-once the user has trusted that exact file (`composer-lsp --trust-workspace DIR`, which records
-the file's SHA-256 in `$XDG_CONFIG_HOME/composer/trusted-workspaces.json`). Any change to the
-file, a `git pull` included, drops the trust until it is given again (direnv's `allow`, per
-content). Until then the ignored rules are logged with the command that trusts them.
+Rule files, and the trust a workspace's own file needs before it may allow anything:
+agent/permission_files.py (`load_policy`).
 
 Tests: .venv/bin/python -m pytest tests/agent/test_permissions.py
 """
@@ -43,23 +35,16 @@ Tests: .venv/bin/python -m pytest tests/agent/test_permissions.py
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import json
-import logging
 import os
 import re
 import shlex
-import tomllib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import bashlex
-
-from agent.workspace import atomic_write
-
-log = logging.getLogger("composer.permissions")
 
 Action = Literal["allow", "ask", "deny"]
 Answer = Literal["allow_once", "allow_always", "reject_once", "reject_always"]
@@ -68,7 +53,6 @@ ANSWERS: tuple[Answer, ...] = ("allow_once", "allow_always", "reject_once", "rej
 TERMINAL_TOOL = "run_terminal"
 READ_ONLY_TOOLS = frozenset({"read_file", "list_dir", "glob", "grep", "codebase_search", "read_lints"})
 """Tools allowed when no rule says otherwise; `decide(..., read_only=spec.read_only)` overrides."""
-WORKSPACE_FILES = (".composer/permissions.json", ".composer/permissions.toml")
 
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh"})
 _WRAPPERS = frozenset({"time", "nohup", "exec", "builtin", "nice", "timeout", "env", "command"})
@@ -87,7 +71,7 @@ _TIME_KEYWORD = re.compile(r"(?:^|(?<=[;&|(!{]))\s*time(?:\s+-p)?(?=\s)")
 # ---- rules -------------------------------------------------------------------------------------
 
 
-def _action(value: Any, where: str) -> Action:
+def parse_action(value: Any, where: str) -> Action:
     if value not in ACTIONS:
         raise ValueError(f"{where} {value!r} is not one of {', '.join(ACTIONS)}")
     return value
@@ -112,7 +96,7 @@ class Rule:
         if unknown:
             raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; a rule has tool, action, "
                              "command, path")
-        action = _action(data.get("action"), f"{where}: action")
+        action = parse_action(data.get("action"), f"{where}: action")
         for key in ("tool", "command", "path"):
             if key in data and not (isinstance(data[key], str) and data[key].strip()):
                 raise ValueError(f"{where}: {key} must be a non-empty string, got {data[key]!r}")
@@ -416,7 +400,7 @@ class PermissionPolicy:
     def __init__(self, rules: Iterable[Rule | Mapping[str, Any]] = (), default: Action = "ask", *,
                  read_only_tools: Iterable[str] = READ_ONLY_TOOLS,
                  workspace_root: Path | None = None) -> None:
-        _action(default, "default")
+        parse_action(default, "default")
         self.rules = [r if isinstance(r, Rule) else Rule.from_dict(r, f"rule {i}") for i, r in enumerate(rules)]
         self.default: Action = default
         self.read_only_tools = frozenset(read_only_tools)
@@ -549,121 +533,3 @@ def default_editor_policy(workspace_root: Path | None = None) -> PermissionPolic
 def rollout_policy() -> PermissionPolicy:
     """RL rollouts: everything is allowed; the sandbox is the boundary."""
     return PermissionPolicy([Rule("*", "allow", source="rollout_policy")], "allow")
-
-
-# ---- files -------------------------------------------------------------------------------------
-
-
-def load_rules(path: Path) -> tuple[list[Rule], Action | None]:
-    """Rules (and the default, when the file sets one) from a JSON or TOML file."""
-    path = Path(path)
-    kind, loads, error = ("TOML", tomllib.loads, tomllib.TOMLDecodeError) if path.suffix == ".toml" else (
-        "JSON", json.loads, json.JSONDecodeError)
-    try:
-        data = loads(path.read_text(encoding="utf-8"))
-    except error as err:
-        raise ValueError(f"{path}: invalid {kind}: {err}") from None
-    default = None
-    if isinstance(data, dict):
-        unknown = set(data) - {"rules", "default"}
-        if unknown:
-            raise ValueError(f"{path}: unknown key(s) {sorted(unknown)}; expected rules and default")
-        default = data.get("default") and _action(data["default"], f"{path}: default")
-        data = data.get("rules", [])
-    if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a list of rules, got {type(data).__name__}")
-    return [Rule.from_dict(item, f"{path}: rule {i}") for i, item in enumerate(data)], default
-
-
-def save_rules(path: Path, rules: Iterable[Rule], default: Action | None = None) -> None:
-    """Writes rules as JSON (e.g. the `learned` ones to the user file)."""
-    data: dict[str, Any] = {"rules": [r.to_dict() for r in rules]}
-    if default is not None:
-        data["default"] = default
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-
-
-def user_permissions_file() -> Path:
-    return _config_dir() / "permissions.json"
-
-
-def trusted_workspaces_file() -> Path:
-    return _config_dir() / "trusted-workspaces.json"
-
-
-def _config_dir() -> Path:
-    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(Path.home(), ".config")
-    return Path(config) / "composer"
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _trusted(trust_file: Path) -> dict[str, str]:
-    """{absolute rule-file path: SHA-256 the user trusted}; an unreadable store trusts nothing."""
-    try:
-        data = json.loads(trust_file.read_text(encoding="utf-8"))
-        files = data["files"]
-        return {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-
-
-def workspace_rule_files(workspace_root: Path) -> list[Path]:
-    root = Path(workspace_root).resolve()
-    found = [root / name for name in WORKSPACE_FILES if (root / name).is_file()]
-    if len(found) > 1:
-        raise ValueError(f"both {found[0]} and {found[1]} exist; keep one")
-    return found
-
-
-def trust_workspace(workspace_root: Path, *, trust_file: Path | None = None) -> list[Path]:
-    """Trusts the workspace's rule files as they are now (their allow rules apply until the
-    content changes). Returns the files trusted; checks that they parse first."""
-    trust_file = trust_file or trusted_workspaces_file()
-    found = workspace_rule_files(workspace_root)
-    for path in found:
-        load_rules(path)  # never trust a file that would fail to load
-    trusted = _trusted(trust_file)
-    trusted.update({str(path): _digest(path) for path in found})
-    trust_file.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(trust_file, (json.dumps({"files": trusted}, indent=2, sort_keys=True) + "\n").encode())
-    return found
-
-
-def _without_untrusted(path: Path, rules: list[Rule], default: Action | None,
-                       trust_file: Path) -> tuple[list[Rule], Action | None]:
-    """The rules of a workspace file the user has not trusted as it is now: deny and ask only."""
-    if _trusted(trust_file).get(str(path)) == _digest(path):
-        return rules, default
-    kept = [rule for rule in rules if rule.action != "allow"]
-    dropped = len(rules) - len(kept)
-    loose_default = default == "allow"
-    if dropped or loose_default:
-        what = f"{dropped} allow rule(s)" + (" and its allow default" if loose_default else "")
-        log.warning("%s: %s ignored until you trust this file (`composer-lsp --trust-workspace %s`); "
-                    "its deny and ask rules apply", path, what, path.parent.parent)
-    return kept, None if loose_default else default
-
-
-def load_policy(workspace_root: Path, *, user_file: Path | None = None,
-                base: PermissionPolicy | None = None, trust_file: Path | None = None) -> PermissionPolicy:
-    """`base` (default_editor_policy) + the workspace's rules + the user's rules, in that order:
-    later rules override earlier ones and any deny wins. A file's `default` replaces the base's.
-    The workspace file's allow rules and allow default count only if the user trusted it as it is
-    (`trust_file`, default trusted_workspaces_file())."""
-    workspace_root = Path(workspace_root).resolve()
-    policy = (base or default_editor_policy()).extended([])
-    policy.workspace_root = workspace_root
-    for path in workspace_rule_files(workspace_root):
-        rules, default = _without_untrusted(path, *load_rules(path), trust_file or trusted_workspaces_file())
-        policy = policy.extended(rules, default)
-    user = user_file or user_permissions_file()
-    user = user if user_file or user.is_file() else user.with_suffix(".toml")
-    if user.is_file():
-        policy = policy.extended(*load_rules(user))
-    elif user_file is not None:
-        raise ValueError(f"permissions file {user} does not exist")
-    return policy

@@ -20,7 +20,8 @@ from typing import Any
 
 from agent.checkpoints import CheckpointStore
 from agent.loop import Agent, LoopConfig, TurnResult
-from agent.permissions import PermissionPolicy, load_policy, rollout_policy
+from agent.permission_files import load_policy
+from agent.permissions import PermissionPolicy, rollout_policy
 from agent.policy import EndpointPolicy, EnginePolicy, Policy
 from agent.prompt import system_prompt
 from agent.replay import call_ids, conversation, history_updates, last_turn_checkpoint

@@ -95,7 +95,7 @@ def _serve_ws(args: argparse.Namespace, settings: ServerSettings) -> int:
 
 
 def _trust(workspace: Path) -> int:
-    from agent.permissions import trust_workspace
+    from agent.permission_files import trust_workspace
 
     try:
         trusted = trust_workspace(workspace)

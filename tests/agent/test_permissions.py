@@ -13,18 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent.permission_files import load_policy, load_rules, save_rules, trust_workspace
 from agent.permissions import (
     PermissionPolicy,
     Rule,
     default_editor_policy,
     escape_glob,
-    load_policy,
-    load_rules,
     parse_shell_command,
     rollout_policy,
-    save_rules,
     split_shell_command,
-    trust_workspace,
 )
 
 # ---- splitting ---------------------------------------------------------------------------------

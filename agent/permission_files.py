@@ -1,0 +1,151 @@
+"""Permission rule files: the workspace's and the user's, layered over a preset, and the trust a
+workspace's own file needs before it may allow anything.
+
+    policy = load_policy(workspace_root)   # default_editor_policy() + workspace file + user file
+    trust_workspace(workspace_root)        # `composer-lsp --trust-workspace DIR`
+
+Rule files: `.composer/permissions.json` (or `.toml`) in the workspace, and
+`$XDG_CONFIG_HOME/composer/permissions.json` for the user: a list of rules or `{"default":
+"ask", "rules": [...]}` (TOML: `default = ...` and `[[rules]]`). Errors name file and rule index.
+
+Workspace trust: a workspace's file comes with the repository, so whoever wrote the repository
+wrote it. Its deny and ask rules always apply; its allow rules and an `allow` default apply only
+once the user has trusted that exact file (`composer-lsp --trust-workspace DIR`, which records
+the file's SHA-256 in `$XDG_CONFIG_HOME/composer/trusted-workspaces.json`). Any change to the
+file, a `git pull` included, drops the trust until it is given again (direnv's `allow`, per
+content). Until then the ignored rules are logged with the command that trusts them.
+
+Tests: .venv/bin/python -m pytest tests/agent/test_permissions.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from agent.permissions import Action, PermissionPolicy, Rule, default_editor_policy, parse_action
+from agent.workspace import atomic_write
+
+log = logging.getLogger("composer.permissions")
+WORKSPACE_FILES = (".composer/permissions.json", ".composer/permissions.toml")
+
+
+def load_rules(path: Path) -> tuple[list[Rule], Action | None]:
+    """Rules (and the default, when the file sets one) from a JSON or TOML file."""
+    path = Path(path)
+    kind, loads, error = ("TOML", tomllib.loads, tomllib.TOMLDecodeError) if path.suffix == ".toml" else (
+        "JSON", json.loads, json.JSONDecodeError)
+    try:
+        data = loads(path.read_text(encoding="utf-8"))
+    except error as err:
+        raise ValueError(f"{path}: invalid {kind}: {err}") from None
+    default = None
+    if isinstance(data, dict):
+        unknown = set(data) - {"rules", "default"}
+        if unknown:
+            raise ValueError(f"{path}: unknown key(s) {sorted(unknown)}; expected rules and default")
+        default = data.get("default") and parse_action(data["default"], f"{path}: default")
+        data = data.get("rules", [])
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a list of rules, got {type(data).__name__}")
+    return [Rule.from_dict(item, f"{path}: rule {i}") for i, item in enumerate(data)], default
+
+
+def save_rules(path: Path, rules: Iterable[Rule], default: Action | None = None) -> None:
+    """Writes rules as JSON (e.g. the `learned` ones to the user file)."""
+    data: dict[str, Any] = {"rules": [r.to_dict() for r in rules]}
+    if default is not None:
+        data["default"] = default
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def user_permissions_file() -> Path:
+    return _config_dir() / "permissions.json"
+
+
+def trusted_workspaces_file() -> Path:
+    return _config_dir() / "trusted-workspaces.json"
+
+
+def _config_dir() -> Path:
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(Path.home(), ".config")
+    return Path(config) / "composer"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _trusted(trust_file: Path) -> dict[str, str]:
+    """{absolute rule-file path: SHA-256 the user trusted}; an unreadable store trusts nothing."""
+    try:
+        data = json.loads(trust_file.read_text(encoding="utf-8"))
+        files = data["files"]
+        return {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def workspace_rule_files(workspace_root: Path) -> list[Path]:
+    root = Path(workspace_root).resolve()
+    found = [root / name for name in WORKSPACE_FILES if (root / name).is_file()]
+    if len(found) > 1:
+        raise ValueError(f"both {found[0]} and {found[1]} exist; keep one")
+    return found
+
+
+def trust_workspace(workspace_root: Path, *, trust_file: Path | None = None) -> list[Path]:
+    """Trusts the workspace's rule files as they are now (their allow rules apply until the
+    content changes). Returns the files trusted; checks that they parse first."""
+    trust_file = trust_file or trusted_workspaces_file()
+    found = workspace_rule_files(workspace_root)
+    for path in found:
+        load_rules(path)  # never trust a file that would fail to load
+    trusted = _trusted(trust_file)
+    trusted.update({str(path): _digest(path) for path in found})
+    trust_file.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(trust_file, (json.dumps({"files": trusted}, indent=2, sort_keys=True) + "\n").encode())
+    return found
+
+
+def _without_untrusted(path: Path, rules: list[Rule], default: Action | None,
+                       trust_file: Path) -> tuple[list[Rule], Action | None]:
+    """The rules of a workspace file the user has not trusted as it is now: deny and ask only."""
+    if _trusted(trust_file).get(str(path)) == _digest(path):
+        return rules, default
+    kept = [rule for rule in rules if rule.action != "allow"]
+    dropped = len(rules) - len(kept)
+    loose_default = default == "allow"
+    if dropped or loose_default:
+        what = f"{dropped} allow rule(s)" + (" and its allow default" if loose_default else "")
+        log.warning("%s: %s ignored until you trust this file (`composer-lsp --trust-workspace %s`); "
+                    "its deny and ask rules apply", path, what, path.parent.parent)
+    return kept, None if loose_default else default
+
+
+def load_policy(workspace_root: Path, *, user_file: Path | None = None,
+                base: PermissionPolicy | None = None, trust_file: Path | None = None) -> PermissionPolicy:
+    """`base` (default_editor_policy) + the workspace's rules + the user's rules, in that order:
+    later rules override earlier ones and any deny wins. A file's `default` replaces the base's.
+    The workspace file's allow rules and allow default count only if the user trusted it as it is
+    (`trust_file`, default trusted_workspaces_file())."""
+    workspace_root = Path(workspace_root).resolve()
+    policy = (base or default_editor_policy()).extended([])
+    policy.workspace_root = workspace_root
+    for path in workspace_rule_files(workspace_root):
+        rules, default = _without_untrusted(path, *load_rules(path), trust_file or trusted_workspaces_file())
+        policy = policy.extended(rules, default)
+    user = user_file or user_permissions_file()
+    user = user if user_file or user.is_file() else user.with_suffix(".toml")
+    if user.is_file():
+        policy = policy.extended(*load_rules(user))
+    elif user_file is not None:
+        raise ValueError(f"permissions file {user} does not exist")
+    return policy
