@@ -8,7 +8,8 @@ venv's site-packages with every docstring replaced by `pass` (line numbers kept)
 made from a function's docstring (its first sentence) can only be answered from the code. Metrics
 over those queries: file-level and function-level recall@5/@10 (the gold file / the gold
 function's chunk among the top k chunks) and MRR@10 (function level), for keyword-only (FTS5
-trigram, the baseline), vector-only and hybrid (keyword + vector + symbol, RRF with index.RRF_K).
+trigram, the baseline), vector-only (code and name vectors) and hybrid (keyword + vector + symbol,
+RRF with index.RRF_K).
 Localisation: a function is mutated (a comparison flipped, a boolean swapped, ...), the file is
 re-indexed with update_files, and a bug report made of the function's name words and docstring
 sentence must bring the function into the top k; the mutation is then reverted.

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from agent.retrieval import languages
 from agent.retrieval.languages import node_text, qualified
+from agent.retrieval.query import split_identifier
 
 if TYPE_CHECKING:
     from tree_sitter import Node
@@ -54,6 +55,7 @@ BIG_MEMBER_DIVISOR = 4
 """In a collapsed class, a non-method member over max_chars // BIG_MEMBER_DIVISOR shows only its
 first line; its full text becomes a chunk of its own."""
 MAX_ERROR_FRACTION = 0.1
+NAMED_KINDS = frozenset({"function", "method", "class", "section"})
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,20 @@ class Chunk:
         """What the embedder reads: the header first (so the path and symbol always count), then
         the text."""
         return f"{self.header}\n{self.text}"
+
+    @property
+    def name_text(self) -> str | None:
+        """A definition's name as words, its owner in parentheses ("unicode is ascii",
+        "send (session)"), for the index's name vectors; None for glue and windows without a
+        symbol. Without the path, so a moved file keeps its vectors."""
+        if not self.symbol or self.kind not in NAMED_KINDS:
+            return None
+        if self.kind == "section":
+            return self.symbol
+        *owner, name = self.symbol.replace("::", ".").split(".")
+        words = " ".join(w.lower() for w in split_identifier(name))
+        context = " ".join(w.lower() for part in owner for w in split_identifier(part))
+        return f"{words} ({context})" if context else words
 
 
 def chunk_text(path: str, text: str, *, max_chars: int = MAX_CHARS) -> list[Chunk]:

@@ -1,6 +1,6 @@
 """The codebase index: chunks of every workspace file, searchable by keyword (SQLite FTS5
-trigram), by meaning (embeddings) and by symbol name, fused by reciprocal rank; kept fresh
-incrementally and persisted in `.composer/index`.
+trigram), by meaning (embeddings of the code, and of each definition's name as words) and by
+symbol name, fused by reciprocal rank; kept fresh incrementally and persisted in `.composer/index`.
 
     index = CodebaseIndex("/repo", MiniLMEmbedder(), on_progress=lambda done, total: ...)
     index.update()                                   # first build, then only what changed
@@ -43,25 +43,28 @@ from agent.retrieval.chunking import MAX_CHARS, Chunk, chunk_text
 from agent.retrieval.embedder import Embedder
 from agent.retrieval.exceptions import IndexNotReadyError, StaleIndexError
 from agent.retrieval.scan import diff, indexable, merkle, read_source, stat_files, text_record
-from agent.retrieval.store import DB_NAME, FileRecord, FileUpdate, Shard, chunk_hash
-from agent.retrieval.vectors import Hnsw, exact_top, remove_stale
+from agent.retrieval.store import DB_NAME, FileRecord, FileUpdate, Shard, chunk_hash, name_hash
+from agent.retrieval.vectors import Hnsw, exact_top, name_top, remove_stale, row_scores
 from agent.workspace import Workspace
 
 CHANNELS = ("keyword", "vector", "symbol")
+"""What `search(channels=)` picks from; "vector" ranks twice, by code and by name vectors."""
 COMPACT_MIN_GARBAGE = 4096
 """Cache rows (vectors no chunk uses) kept before a compaction is considered; past this, the
 matrix is compacted once they outnumber the live rows."""
-RRF_K = 10
+RRF_K = 5
 """Reciprocal-rank fusion's k. The usual 60 flattens ranks so much that a channel's first hit
-barely beats its fiftieth; at 10 a keyword or symbol hit at rank 1-2 survives fusion with a
+barely beats its fiftieth; at 5 a keyword or symbol hit at rank 1-2 survives fusion with a
 vector ranking that missed it (bench/retrieval.py: keyword rank 1, fused rank 13-44 at k=60)."""
-DEFAULT_WEIGHTS = {"keyword": 1.0, "vector": 1.5, "symbol": 0.5, "exact": 1.0}
-"""RRF weight per ranking ("exact": the symbol hits of the best exact-name tier, counted again).
-Chosen with RRF_K by a grid (k 5-60, vector 1-3, symbol 0.25-0.5, exact 0.5-1) over
+DEFAULT_WEIGHTS = {"keyword": 1.0, "vector": 1.0, "name": 1.0, "symbol": 0.5, "exact": 1.0}
+"""RRF weight per ranking ("vector": chunks by their code's embedding; "name": definitions by
+their name's, from the same query embedding; "exact": the symbol hits of the best exact-name
+tier, counted again). Chosen with RRF_K by grids (k 5-60, each weight 0-3) over
 bench/retrieval.py's docstring, bug-report and identifier queries with MiniLM (requests, urllib3;
-the optimum is flat around it): against the former k=60 and weights 1/3/0.25/0.5, function
-recall@10 on docstring queries 91% -> 89% (requests) and 84% -> 86% (urllib3), on bug reports
-96% -> 98%, identifier MRR 0.87 -> 0.90. Another embedder may want others (`weights=`)."""
+the same queries the benchmark reports, so expect a little less elsewhere). Against the former
+k=60, weights 1/3/-/0.25/0.5 and no name vectors, at 1,000-character chunks: function recall@10
+on docstring queries 87% -> 89%, on bug reports 96% -> 99%, identifier MRR 0.87 -> 0.90. Another
+embedder may want others (`weights=`)."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,8 @@ class UpdateStats:
     chunks: int = 0
     """Chunks written."""
     embedded: int = 0
-    """Chunks sent to the embedder (the rest reused a vector with the same content hash)."""
+    """Texts sent to the embedder, chunks and definition names (the rest reused a vector with
+    the same content hash)."""
     seconds: float = 0.0
 
 
@@ -315,20 +319,25 @@ class CodebaseIndex:
             return
         target = self._target()
         hashes = [[chunk_hash(c) for c in chunks] for _, chunks in pending]
-        wanted = [h for hs in hashes for h in hs]
+        names = [[c.name_text for c in chunks] for _, chunks in pending]
+        name_hashes = [[name_hash(n) if n else None for n in ns] for ns in names]
+        wanted = [h for hs in hashes + name_hashes for h in hs if h is not None]
         with self._lock:
             rows = target.cached_rows(wanted)
             first = target.n_rows
         new_texts: dict[bytes, str] = {}
-        for (_, chunks), hs in zip(pending, hashes):
-            for chunk, digest in zip(chunks, hs):
+        for (_, chunks), hs, ns, nhs in zip(pending, hashes, names, name_hashes):
+            for chunk, digest, name, name_digest in zip(chunks, hs, ns, nhs):
                 if digest not in rows and digest not in new_texts:
                     new_texts[digest] = chunk.embedding_text
+                if name_digest is not None and name_digest not in rows and name_digest not in new_texts:
+                    new_texts[name_digest] = name
         new_vectors = self._vectors_for(new_texts, stats)
         for i, digest in enumerate(new_texts):
             rows[digest] = first + i
-        updates = [FileUpdate(record, chunks, hs, [rows[h] for h in hs])
-                   for (record, chunks), hs in zip(pending, hashes)]
+        updates = [FileUpdate(record, chunks, hs, [rows[h] for h in hs], nhs,
+                              [-1 if h is None else rows[h] for h in nhs])
+                   for (record, chunks), hs, nhs in zip(pending, hashes, name_hashes)]
         with self._lock:
             assert target.n_rows == first, "another writer appended vectors"
             target.write(updates, batch.deletes + batch.reverts, new_vectors, touches=batch.touches)
@@ -428,7 +437,7 @@ class CodebaseIndex:
             if keyword is not None:
                 rankings["keyword"] = keyword
             if vector is not None:
-                rankings["vector"] = vector.result()
+                rankings["vector"], rankings["name"] = vector.result()
             if symbol is not None:
                 rankings["symbol"], rankings["exact"] = symbol
             return self._hits(shards, rankings, k)
@@ -454,9 +463,11 @@ class CodebaseIndex:
             found += [(rank, no, cid) for rank, cid in enumerate(ids)]
         return [(no, cid) for _, no, cid in sorted(found)[:depth]]  # shards interleaved by rank
 
-    def _vector(self, shards, query: str, depth: int, keep) -> list[tuple[int, int]]:
+    def _vector(self, shards, query: str, depth: int, keep) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """(chunks by code vector, chunks by name vector): one query embedding, one pass over
+        the matrix when the search is exact."""
         q = self.embedder.embed([query])[0]
-        found = []
+        code, names = [], []
         for no, shard in shards:
             snap = shard.snapshot
             visible = self._visible(no, keep)
@@ -464,14 +475,17 @@ class CodebaseIndex:
             if visible is not None:
                 ok = np.fromiter((visible(p) for p in snap.paths), bool, len(snap.paths))
                 mask = ok[snap.file_of] if len(snap.paths) else np.zeros(0, bool)
-            hits = None
+            hits = named = None
             ann = self._ann if no == 0 else None
             if ann is not None and ann.covered == shard.n_rows and snap.size > self.hnsw_threshold:
-                hits = ann.top(snap, q, depth, mask)
-            if hits is None:
-                hits = exact_top(snap, q, depth, mask)
-            found += [(-score, no, int(snap.ids[pos])) for pos, score in hits if score > 0.0]  # 0: no signal
-        return [(no, cid) for _, no, cid in sorted(found)[:depth]]
+                hits, named = ann.top(snap, q, depth, mask), ann.top(snap, q, depth, mask, names=True)
+            if hits is None or named is None:
+                scores = row_scores(snap, q) if snap.size else None
+                hits = exact_top(snap, q, depth, mask, scores=scores) if hits is None else hits
+                named = name_top(snap, q, depth, mask, scores=scores) if named is None else named
+            code += [(-score, no, int(snap.ids[pos])) for pos, score in hits if score > 0.0]  # 0: no signal
+            names += [(-score, no, int(snap.ids[pos])) for pos, score in named if score > 0.0]
+        return [(no, cid) for _, no, cid in sorted(code)[:depth]], [(no, cid) for _, no, cid in sorted(names)[:depth]]
 
     def _symbol(self, shards, query: str, depth: int, keep) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """(all symbol hits by tier, the hits of the best tier when it is an exact name): an

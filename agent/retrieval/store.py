@@ -14,8 +14,10 @@ Layout of an index directory (`.composer/index`):
   hnsw.<gen>.usearch    HNSW graph (only above the HNSW threshold; see vectors.py)
 
 Vectors are content-addressed: a chunk's hash covers its kind, symbol and text (not its path), so
-a renamed or moved file, or text that comes back after an edit, reuses its rows. Rows that no
-chunk references stay as cache until they outnumber the live ones (then `compact`).
+a renamed or moved file, or text that comes back after an edit, reuses its rows. A definition's
+chunk also has a name vector (`Chunk.name_text`, addressed by name_hash) in the same matrix:
+`chunks.nrow`, -1 for chunks without one. Rows that no chunk references stay as cache until they
+outnumber the live ones (then `compact`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ import numpy as np
 from agent.retrieval.chunking import Chunk
 from agent.retrieval.exceptions import RetrievalError, StaleIndexError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: name vectors (chunks.nrow)."""
 DB_NAME = "meta.sqlite"
 _SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;
@@ -41,7 +44,7 @@ CREATE TABLE files(id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL, hash TEXT 
                    mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL);
 CREATE TABLE chunks(id INTEGER PRIMARY KEY, file_id INTEGER NOT NULL, start_line INTEGER NOT NULL,
                     end_line INTEGER NOT NULL, kind TEXT NOT NULL, symbol TEXT, tail TEXT,
-                    squashed TEXT, hash BLOB NOT NULL, vrow INTEGER NOT NULL);
+                    squashed TEXT, hash BLOB NOT NULL, vrow INTEGER NOT NULL, nrow INTEGER NOT NULL);
 CREATE INDEX chunks_file ON chunks(file_id);
 CREATE INDEX chunks_symbol ON chunks(symbol);
 CREATE INDEX chunks_tail ON chunks(tail);
@@ -56,6 +59,11 @@ def chunk_hash(chunk: Chunk) -> bytes:
     """The content address of a chunk's vector: kind, symbol and text, not the path."""
     key = f"{chunk.kind}\0{chunk.symbol or ''}\0{chunk.text}".encode("utf-8", "surrogatepass")
     return hashlib.blake2b(key, digest_size=16).digest()
+
+
+def name_hash(name_text: str) -> bytes:
+    """The content address of a name vector (a key space apart from chunk_hash's)."""
+    return hashlib.blake2b(f"name\0{name_text}".encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def symbol_keys(symbol: str | None) -> tuple[str | None, str | None]:
@@ -78,13 +86,16 @@ class FileRecord:
 
 @dataclass
 class FileUpdate:
-    """One file's new contents for `Shard.write`: its record, its chunks, each chunk's hash and
-    vector row (rows >= the committed count index into the batch's new vectors)."""
+    """One file's new contents for `Shard.write`: its record, its chunks, each chunk's hash,
+    vector row and name vector row (-1: none), with each name's hash (None: none). Rows >= the
+    committed count index into the batch's new vectors."""
 
     record: FileRecord
     chunks: list[Chunk]
     hashes: list[bytes]
     rows: list[int]
+    name_hashes: list[bytes | None]
+    name_rows: list[int]
 
 
 @dataclass(frozen=True)
@@ -96,11 +107,14 @@ class Snapshot:
     """int64 chunk ids of the live chunks, ascending."""
     rows: np.ndarray
     """int64 vector row of each live chunk."""
+    name_rows: np.ndarray
+    """int64 name vector row of each live chunk, -1 where it has none."""
     file_of: np.ndarray
     """int32 index into `paths` of each live chunk."""
     paths: list[str]
     matrix: np.ndarray
-    """(n_rows, dim) float32; rows not in `rows` are cache (or the HNSW's dead keys)."""
+    """(n_rows, dim) float32; rows in neither `rows` nor `name_rows` are cache (or the HNSW's
+    dead keys)."""
 
     @property
     def size(self) -> int:
@@ -252,10 +266,11 @@ class Shard:
     def _load_snapshot(self) -> Snapshot:
         paths_by_id = dict(self.db.execute("SELECT id, path FROM files"))
         index = {fid: i for i, fid in enumerate(paths_by_id)}
-        rows = self.db.execute("SELECT id, vrow, file_id FROM chunks ORDER BY id").fetchall()
-        table = np.array(rows, dtype=np.int64).reshape(-1, 3)
+        rows = self.db.execute("SELECT id, vrow, file_id, nrow FROM chunks ORDER BY id").fetchall()
+        table = np.array(rows, dtype=np.int64).reshape(-1, 4)
         file_of = np.array([index[f] for f in table[:, 2].tolist()], dtype=np.int32)
-        return Snapshot(table[:, 0].copy(), table[:, 1].copy(), file_of, list(paths_by_id.values()), self._matrix())
+        return Snapshot(table[:, 0].copy(), table[:, 1].copy(), table[:, 3].copy(), file_of,
+                        list(paths_by_id.values()), self._matrix())
 
     def _matrix(self) -> np.ndarray:
         path = self.vector_path()
@@ -285,7 +300,9 @@ class Shard:
                 for update in updates:
                     self._replace(update)
                 new_hashes = {digest: row for update in updates
-                              for digest, row in zip(update.hashes, update.rows) if row >= first}
+                              for digest, row in [*zip(update.hashes, update.rows),
+                                                  *zip(update.name_hashes, update.name_rows)]
+                              if digest is not None and row >= first}
                 self.db.executemany("INSERT OR REPLACE INTO vectors(hash, vrow) VALUES (?, ?)", new_hashes.items())
                 self.db.executemany("UPDATE files SET mtime_ns=?, size=? WHERE path=?",
                                     [(r.mtime_ns, r.size, r.path) for r in touches])
@@ -328,12 +345,13 @@ class Shard:
         cur = self.db.execute("INSERT INTO files(path, hash, mtime_ns, size) VALUES (?, ?, ?, ?)",
                               (rec.path, rec.hash, rec.mtime_ns, rec.size))
         file_id = cur.lastrowid
-        for chunk, digest, row in zip(update.chunks, update.hashes, update.rows):
+        for chunk, digest, row, name_row in zip(update.chunks, update.hashes, update.rows, update.name_rows):
             tail, squashed = symbol_keys(chunk.symbol)
             cur = self.db.execute(
-                "INSERT INTO chunks(file_id, start_line, end_line, kind, symbol, tail, squashed, hash, vrow) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (file_id, chunk.start_line, chunk.end_line, chunk.kind, chunk.symbol, tail, squashed, digest, row))
+                "INSERT INTO chunks(file_id, start_line, end_line, kind, symbol, tail, squashed, hash, vrow, nrow) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (file_id, chunk.start_line, chunk.end_line, chunk.kind, chunk.symbol, tail, squashed, digest, row,
+                 name_row))
             self.db.execute("INSERT INTO fts(rowid, text, path, symbol) VALUES (?, ?, ?, ?)",
                             (cur.lastrowid, chunk.text, rec.path, chunk.symbol or ""))
 
@@ -345,14 +363,19 @@ class Shard:
                 self.db.execute("DELETE FROM dirs")
                 self.db.executemany("INSERT INTO dirs(path, hash) VALUES (?, ?)", dirs.items())
 
+    def live_rows(self) -> np.ndarray:
+        """The matrix rows live chunks reference (vectors and names), ascending."""
+        snap = self.snapshot
+        return np.unique(np.concatenate([snap.rows, snap.name_rows[snap.name_rows >= 0]]))
+
     def garbage(self) -> int:
         """Vector rows no live chunk references (the cache part of the matrix)."""
-        return self.n_rows - len(np.unique(self.snapshot.rows))
+        return self.n_rows - len(self.live_rows())
 
     def compact(self) -> None:
         """Rewrites the matrix with only the referenced rows, under a new generation, and drops
         the cache entries of the others. Readers holding the old snapshot keep its mapping."""
-        keep = np.unique(self.snapshot.rows)
+        keep = self.live_rows()
         remap = {int(old): new for new, old in enumerate(keep.tolist())}
         old_path, generation = self.vector_path(), self.generation + 1
         if old_path is None:
@@ -361,9 +384,9 @@ class Shard:
             np.asarray(self.snapshot.matrix[keep], dtype=np.float32).tofile(self.vector_path(generation))
         self.db.create_function("composer_remap", 1, lambda r: remap.get(r, -1), deterministic=True)
         with self.db:
-            self.db.execute("DELETE FROM vectors WHERE vrow NOT IN (SELECT vrow FROM chunks)")
+            self.db.execute("DELETE FROM vectors WHERE vrow NOT IN (SELECT vrow FROM chunks UNION SELECT nrow FROM chunks)")
             self.db.execute("UPDATE vectors SET vrow = composer_remap(vrow)")
-            self.db.execute("UPDATE chunks SET vrow = composer_remap(vrow)")
+            self.db.execute("UPDATE chunks SET vrow = composer_remap(vrow), nrow = composer_remap(nrow)")
             self.db.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
                                 [("rows", str(len(keep))), ("generation", str(generation))])
         self.generation, self.n_rows = generation, len(keep)

@@ -2,15 +2,17 @@
 above a size threshold.
 
     hits = exact_top(snapshot, q, 50, mask)          # [(position in snapshot, cosine)], best first
+    names = name_top(snapshot, q, 50, mask)          # the same over the definitions' name vectors
     ann = Hnsw.build(snapshot.matrix)                # or Hnsw.load(path, view=True)
     hits = ann.top(snapshot, q, 50, mask)            # None when too few live hits: use exact_top
 
 Rows are L2-normalised, so the dot product is the cosine. The exact path scores every matrix row
-(cache rows too; cheaper than gathering the live ones) and picks the top with argpartition: 50k x
+(cache and name rows too; cheaper than gathering the live ones) and picks the top with argpartition: 50k x
 384 takes ~2.5 ms on one core of the 2-core dev box; the HNSW graph answers in ~1.4 ms at that
 size and grows much more slowly (bench/retrieval.py), so CodebaseIndex switches above 50k chunks.
-HNSW keys are matrix rows; rows that stop being live are filtered out of its answers, never
-removed from the graph (a compaction starts a new graph).
+HNSW keys are matrix rows, code and name vectors alike; a search keeps the rows that are a live
+chunk's vector of the kind asked for (over-fetching makes up for the others), and rows are
+never removed from the graph (a compaction starts a new graph).
 """
 
 from __future__ import annotations
@@ -24,14 +26,35 @@ import numpy as np
 from agent.retrieval.store import Snapshot
 
 
-def exact_top(snap: Snapshot, q: np.ndarray, k: int, mask: np.ndarray | None = None) -> list[tuple[int, float]]:
-    """The k live chunks most similar to `q` (positions into the snapshot), best first; `mask`
-    (bool per live chunk) leaves chunks out."""
-    if snap.size == 0 or k <= 0:
-        return []
+def row_scores(snap: Snapshot, q: np.ndarray) -> np.ndarray:
+    """The cosine of `q` with every matrix row (cache rows too; cheaper than gathering)."""
     # einsum, not BLAS (`@`): OpenBLAS splits a matrix-vector product over its threads, and on a
     # busy machine waiting for the second one made 50k x 384 take 8 ms instead of 2.3 ms.
-    scores = np.einsum("ij,j->i", snap.matrix, q)[snap.rows]
+    return np.einsum("ij,j->i", snap.matrix, q)
+
+
+def exact_top(snap: Snapshot, q: np.ndarray, k: int, mask: np.ndarray | None = None, *,
+              scores: np.ndarray | None = None) -> list[tuple[int, float]]:
+    """The k live chunks most similar to `q` (positions into the snapshot), best first; `mask`
+    (bool per live chunk) leaves chunks out. `scores`: row_scores(snap, q), when already made."""
+    if snap.size == 0 or k <= 0:
+        return []
+    rows = (row_scores(snap, q) if scores is None else scores)[snap.rows]
+    return _top(rows, k, mask)
+
+
+def name_top(snap: Snapshot, q: np.ndarray, k: int, mask: np.ndarray | None = None, *,
+             scores: np.ndarray | None = None) -> list[tuple[int, float]]:
+    """Like exact_top over the live chunks' name vectors (chunks without a name never rank)."""
+    if snap.size == 0 or k <= 0:
+        return []
+    named = snap.name_rows >= 0
+    mask = named if mask is None else mask & named
+    all_rows = row_scores(snap, q) if scores is None else scores
+    return _top(np.where(named, all_rows[np.maximum(snap.name_rows, 0)], -np.inf), k, mask)
+
+
+def _top(scores: np.ndarray, k: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
     if mask is not None:
         scores = np.where(mask, scores, -np.inf)
         k = min(k, int(mask.sum()))
@@ -89,12 +112,15 @@ class Hnsw:
         self.index.save(str(tmp))
         os.replace(tmp, path)
 
-    def top(self, snap: Snapshot, q: np.ndarray, k: int, mask: np.ndarray | None = None) -> list[tuple[int, float]] | None:
-        """Like exact_top from the graph, over-fetching to make up for dead and masked rows; None
-        when the graph found fewer than k live hits (the caller falls back to exact_top)."""
-        order = np.argsort(snap.rows, kind="stable")
-        sorted_rows = snap.rows[order]
-        fetch = min(self.covered, max(4 * k, 64))
+    def top(self, snap: Snapshot, q: np.ndarray, k: int, mask: np.ndarray | None = None, *,
+            names: bool = False) -> list[tuple[int, float]] | None:
+        """Like exact_top (or name_top, `names`) from the graph, over-fetching to make up for
+        dead, masked and other-kind rows; None when the graph found fewer than k live hits (the
+        caller falls back to the exact search)."""
+        rows = snap.name_rows if names else snap.rows  # name rows of -1 match no key
+        order = np.argsort(rows, kind="stable")
+        sorted_rows = rows[order]
+        fetch = min(self.covered, max(8 * k, 128))
         matches = self.index.search(np.ascontiguousarray(q, dtype=np.float32), fetch)
         keys = np.asarray(matches.keys, dtype=np.int64)
         sims = 1.0 - np.asarray(matches.distances, dtype=np.float64)

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from agent.retrieval import index as index_mod
-from agent.retrieval.chunking import chunk_text
+from agent.retrieval.chunking import NAMED_KINDS, chunk_text
 from agent.retrieval.embedder import EndpointEmbedder, HashingEmbedder, MiniLMEmbedder
 from agent.retrieval.exceptions import EmbeddingError, IndexNotReadyError
 from agent.retrieval.index import CodebaseIndex
@@ -141,7 +141,8 @@ HANDLER = '''def handler_{i}(event):
 
 class CountingEmbedder(HashingEmbedder):
     """HashingEmbedder that counts what it embeds, can be slow, and maps `synonyms` in queries
-    (one-line texts; chunks embed as header + newline + text) as a semantic model would."""
+    (one-line texts, as are definition names; chunks embed as header + newline + text) as a
+    semantic model would."""
 
     def __init__(self, dim: int = 128, synonyms: dict[str, str] | None = None, delay_s: float = 0.0) -> None:
         super().__init__(dim)
@@ -203,6 +204,18 @@ def test_build_indexes_tracked_files_and_finds_by_each_channel(repo: Path, emb: 
     assert exact.symbol == "HttpClient.get_json" and exact.ranks.get("exact") == 1
     words = index.search("merge settings", k=1)[0]
     assert words.symbol == "merge_settings"  # "merge settings" squashes to the symbol's name
+
+
+def test_definitions_rank_by_their_name_vectors(repo: Path, emb: CountingEmbedder) -> None:
+    index = built(repo, emb)
+    hit = index.search("area of a circle", k=1, channels=["vector"])[0]
+    assert hit.symbol == "circle_area" and hit.ranks.get("name") == 1
+    assert "circle area" in emb.texts and "get json (http client)" in emb.texts
+    snap = index.base.snapshot
+    meta = index.base.chunks(snap.ids.tolist())
+    for cid, name_row in zip(snap.ids.tolist(), snap.name_rows.tolist()):
+        _, _, _, kind, symbol = meta[cid]
+        assert (name_row >= 0) == (symbol is not None and kind in NAMED_KINDS), meta[cid]
 
 
 def test_hybrid_merges_keyword_only_and_vector_only_hits(repo: Path, emb: CountingEmbedder) -> None:
@@ -319,9 +332,11 @@ def test_compaction_drops_cache_rows_and_keeps_results(repo: Path, emb: Counting
     assert index.base.generation == old_gen + 1 and index.base.garbage() == 0
     assert not (index.index_dir / f"vectors.{old_gen}.f32").exists()
     assert index.search("only_function", k=1)[0].symbol == "only_function"
+    assert index.search("only function", k=1, channels=["vector"])[0].ranks.get("name") == 1  # remapped
     reopened = CodebaseIndex(repo, emb, max_chars=600)  # two files share one row: same chunk text
     assert {h.path for h in reopened.search("other", k=10) if h.symbol == "other"} == {"src/config.py", "src/net/client.py"}
-    assert reopened.base.n_rows == len(np.unique(reopened.base.snapshot.rows)) < reopened.base.snapshot.size
+    assert reopened.base.n_rows == len(reopened.base.live_rows())  # code and name vectors, no cache
+    assert len(np.unique(reopened.base.snapshot.rows)) < reopened.base.snapshot.size
 
 
 # ---- stale and corrupt indexes -------------------------------------------------------------------
@@ -383,8 +398,11 @@ def test_read_only_index_with_overlay_never_writes(tmp_path: Path, repo: Path, e
     (rollout / "src/extra.py").write_text(TRIANGLE.replace("triangle_area", "parse_header_links"))
     stats = index.update()
     assert (stats.changed, stats.deleted) == (2, 1)
-    new_chunks = len(chunk_text("src/extra.py", (rollout / "src/extra.py").read_text(), max_chars=600))
-    assert stats.embedded == 1 + new_chunks  # the edited circle_area; car_speed came from the base
+    extra = chunk_text("src/extra.py", (rollout / "src/extra.py").read_text(), max_chars=600)
+    new_names = [c.name_text for c in extra if c.name_text]
+    assert new_names == ["parse header links"]
+    # the edited circle_area (its name vector is the base's); car_speed came from the base
+    assert stats.embedded == 1 + len(extra) + len(new_names)
     assert "radius ** 2" in index.search("circle area", k=1)[0].text
     assert "src/config.py" not in paths_of(index.search("load config merge settings", k=10))
     assert index.search("parse header links", k=1)[0].path == "src/extra.py"
