@@ -149,6 +149,7 @@ class Session:
             policy, tools, ToolContext(workspace), system=system, config=config.loop, permissions=permissions,
             ask=ask, checkpoints=checkpoints, log=log, events=events,
         )
+        log.rest()  # an idle session holds no file descriptor
         return cls(config, agent, log, workspace, checkpoints)
 
     @classmethod
@@ -175,7 +176,11 @@ class Session:
         if self._turn is not None and not self._turn.done():
             raise RuntimeError("a prompt is already running in this session; cancel it first")
         self._turn = asyncio.ensure_future(self.agent.run_turn(text))
-        return await asyncio.shield(self._turn)
+        try:
+            return await asyncio.shield(self._turn)
+        finally:
+            if self._turn.done():
+                self.log.rest()  # a later write (another turn, a restore) reopens it
 
     def cancel(self) -> None:
         if self._turn is not None and not self._turn.done():

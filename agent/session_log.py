@@ -10,6 +10,7 @@ the JSON Schema in agent/schemas/session_log.schema.json.
               text="...", finish_reason="tool_calls")
     log.write("tool_call", call_id="c1", name="read_file", arguments={"path": "a.py"},
               result="...", error=None, duration_s=0.01, group=0)
+    log.rest()                                              # fsync, close; the next write reopens
     log.close()                                             # fsync
     SessionLog.reopen(log.path).write("outcome", signal="tests_passed", value=True)  # later
     records = read_session(log.path)
@@ -203,6 +204,7 @@ class SessionLog:
         self.redact = redact
         self.max_result_chars = max_result_chars
         self._lock = threading.Lock()
+        self._resting = False
         if new:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
@@ -255,7 +257,16 @@ class SessionLog:
 
     @property
     def closed(self) -> bool:
-        return self._fd < 0
+        return self._fd < 0 and not self._resting
+
+    def rest(self) -> None:
+        """Flushes (fsync) and closes the file until the next write reopens it: an idle session
+        holds no file descriptor. Sessions rest between turns."""
+        with self._lock:
+            if self._fd >= 0:
+                os.fsync(self._fd)
+                os.close(self._fd)
+                self._fd, self._resting = -1, True
 
     def write(self, type: str, /, **fields: Any) -> dict[str, Any]:
         """Appends one record and returns it as written (redacted, truncated)."""
@@ -266,6 +277,12 @@ class SessionLog:
         if reserved := fields.keys() & {"version", "session_id", "seq", "time"}:
             raise SessionLogError(f"{', '.join(sorted(reserved))} are set by the log, not by write()")
         with self._lock:
+            if self._resting:
+                try:
+                    self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+                except OSError as err:
+                    raise SessionLogError(f"session log {self.path} cannot be reopened: {err}") from err
+                self._resting = False
             return self._write(type, fields)
 
     def _write(self, type: str, fields: dict[str, Any]) -> dict[str, Any]:
@@ -294,10 +311,12 @@ class SessionLog:
         return record
 
     def close(self) -> None:
-        if not self.closed:
-            os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
+        with self._lock:
+            self._resting = False
+            if self._fd >= 0:
+                os.fsync(self._fd)
+                os.close(self._fd)
+                self._fd = -1
 
     def __enter__(self) -> SessionLog:
         return self

@@ -5,6 +5,7 @@ while ordinary code is not."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -164,6 +165,27 @@ def test_append_only_outcome_after_close_and_second_writer(workspace: Path, tmp_
     records = read_session(log.path)
     assert [r["type"] for r in records] == ["session", "user_message", "outcome", "outcome", "outcome"]
     assert [r["seq"] for r in records[:4]] == [0, 1, 2, 2 + 1]
+
+
+def test_a_resting_log_holds_no_descriptor_and_reopens_on_write(workspace: Path, tmp_path: Path) -> None:
+    log = open_log(workspace, tmp_path / "logs")
+    fds = len(os.listdir("/proc/self/fd"))
+    log.rest()
+    assert len(os.listdir("/proc/self/fd")) == fds - 1 and not log.closed
+    log.write("user_message", text="after a rest")  # reopened for appending, seq continues
+    log.rest()
+    log.rest()  # twice is harmless
+    log.close()
+    assert log.closed and len(os.listdir("/proc/self/fd")) == fds - 1
+    with pytest.raises(SessionLogError, match="closed"):
+        log.write("user_message", text="after close")
+    assert [(r["type"], r["seq"]) for r in read_session(log.path)] == [("session", 0), ("user_message", 1)]
+    gone = open_log(workspace, tmp_path / "logs")
+    gone.rest()
+    gone.path.unlink()
+    with pytest.raises(SessionLogError, match="cannot be reopened"):  # never recreated headless
+        gone.write("user_message", text="lost")
+    assert not gone.path.exists()
 
 
 def test_torn_last_line_is_skipped_and_later_appends_stay_readable(workspace: Path, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ matching. Run: .venv/bin/python -m pytest tests/training/test_replay.py"""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -86,15 +87,23 @@ def logged_session(tmp_path) -> tuple[Path, Path, Path]:
         config = SessionConfig(workspace=workspace, log_dir=tmp_path / "logs", auto_allow=True,
                                repo_map_tokens=0, index="off", client="test")
         session = await Session.create(config, policy=ScriptedPolicy(TURN_1 + TURN_2))
+        assert not descriptors_of(session.log_path)  # an idle session holds no file open
         first = await session.prompt("fix add")
         second = await session.prompt("tidy up")
         assert first.stop_reason == second.stop_reason == "end_turn"
+        assert not descriptors_of(session.log_path)
         session.close()
         return session.log_path
 
     import asyncio
     log = asyncio.run(run())
     return log, workspace, pristine
+
+
+def descriptors_of(path: Path) -> list[str]:
+    """This process's open file descriptors on `path`."""
+    return [fd for fd in os.listdir("/proc/self/fd")
+            if os.path.realpath(f"/proc/self/fd/{fd}") == os.path.realpath(path)]
 
 
 def tamper(log: Path, out: Path, change) -> Path:
