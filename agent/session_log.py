@@ -29,7 +29,6 @@ under pytest, so every test that writes a log checks it.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
@@ -46,6 +45,7 @@ from typing import Any
 
 import jsonschema
 
+from agent.json_schema import schema_validator
 from agent.redact import redact_obj
 from agent.tools.base import truncate
 
@@ -101,19 +101,9 @@ def new_session_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(4)
 
 
-@functools.cache
-def load_schema() -> dict[str, Any]:
-    return json.loads(SCHEMA_PATH.read_text())
-
-
-@functools.cache
-def _validator() -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(load_schema())
-
-
 def validate_record(record: dict[str, Any]) -> None:
     """Raises SessionLogError naming the record type, the field and the problem."""
-    errors = list(_validator().iter_errors(record))
+    errors = list(schema_validator(SCHEMA_PATH).iter_errors(record))
     specific = [e for e in errors if e.validator != "unevaluatedProperties"]  # a failed `then` leaves all unevaluated
     if errors:
         error = jsonschema.exceptions.best_match(specific or errors)

@@ -23,7 +23,6 @@ Tests: .venv/bin/python -m pytest tests/training/test_tasks.py
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -41,6 +40,7 @@ from typing import Any
 
 import jsonschema
 
+from agent.json_schema import schema_validator
 from agent.sandbox import run_sandboxed
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "task.schema.json"
@@ -120,16 +120,6 @@ class Task:
 # ---- loading ---------------------------------------------------------------------------------
 
 
-@functools.cache
-def load_schema() -> dict[str, Any]:
-    return json.loads(SCHEMA_PATH.read_text())
-
-
-@functools.cache
-def _validator() -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(load_schema())
-
-
 def _where(obj: Any, where: str) -> str:
     ident = obj.get("instance_id") if isinstance(obj, dict) else None
     return f"{where} (instance_id {ident!r})" if isinstance(ident, str) else where
@@ -159,7 +149,7 @@ def parse_task(obj: Any, where: str = "<task>", base_dir: Path | None = None) ->
     problem. Relative `dir` sources are taken relative to `base_dir`."""
     if not isinstance(obj, dict):
         raise TaskError(f"{where}: a task must be a JSON object, got {type(obj).__name__}")
-    errors = list(_validator().iter_errors(obj))
+    errors = list(schema_validator(SCHEMA_PATH).iter_errors(obj))
     if errors:
         error = jsonschema.exceptions.best_match(errors)
         parts = [str(p) for p in error.absolute_path]

@@ -93,7 +93,7 @@ class Chunk:
             return None
         if self.kind == "section":
             return self.symbol
-        *owner, name = self.symbol.replace("::", ".").split(".")
+        *owner, name = self.symbol.split(".")
         words = " ".join(w.lower() for w in split_identifier(name))
         context = " ".join(w.lower() for part in owner for w in split_identifier(part))
         return f"{words} ({context})" if context else words

@@ -26,7 +26,7 @@ import contextlib
 import hashlib
 import os
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -202,19 +202,14 @@ class Shard:
     def cached_rows(self, hashes: Iterable[bytes]) -> dict[bytes, int]:
         """The vector rows already embedded for these chunk hashes."""
         found: dict[bytes, int] = {}
-        wanted = list(dict.fromkeys(hashes))
-        for i in range(0, len(wanted), 500):  # SQLite's bound-variable limit
-            part = wanted[i : i + 500]
-            marks = ",".join("?" * len(part))
+        for part, marks in _batches(list(dict.fromkeys(hashes))):
             found.update(self.db.execute(f"SELECT hash, vrow FROM vectors WHERE hash IN ({marks})", part))
         return found
 
     def chunks(self, ids: list[int]) -> dict[int, tuple]:
         """id -> (path, start_line, end_line, kind, symbol)."""
         out: dict[int, tuple] = {}
-        for i in range(0, len(ids), 500):
-            part = ids[i : i + 500]
-            marks = ",".join("?" * len(part))
+        for part, marks in _batches(ids):
             rows = self.db.execute(
                 "SELECT c.id, f.path, c.start_line, c.end_line, c.kind, c.symbol FROM chunks c "
                 f"JOIN files f ON f.id = c.file_id WHERE c.id IN ({marks})", part)
@@ -223,9 +218,7 @@ class Shard:
 
     def texts(self, ids: list[int]) -> dict[int, str]:
         out: dict[int, str] = {}
-        for i in range(0, len(ids), 500):
-            part = ids[i : i + 500]
-            marks = ",".join("?" * len(part))
+        for part, marks in _batches(ids):
             out.update(self.db.execute(f"SELECT rowid, text FROM fts WHERE rowid IN ({marks})", part))
         return out
 
@@ -250,9 +243,7 @@ class Shard:
         select = "SELECT c.id, f.path FROM chunks c JOIN files f ON f.id = c.file_id WHERE "
         for tier, column, values in lookups:
             assert column in ("symbol", "tail", "squashed"), column
-            for i in range(0, len(values), 500):
-                part = values[i : i + 500]
-                marks = ",".join("?" * len(part))
+            for part, marks in _batches(values):
                 for cid, path in self.db.execute(f"{select}c.{column} IN ({marks}) LIMIT ?", (*part, limit)):
                     if cid not in found or found[cid][1] > tier:
                         found[cid] = (cid, tier, path)
@@ -394,6 +385,13 @@ class Shard:
         if old_path is not None:
             with contextlib.suppress(OSError):
                 old_path.unlink()
+
+
+def _batches(values: list, size: int = 500) -> Iterator[tuple[list, str]]:
+    """`values` in slices within SQLite's bound-variable limit, each with its "?,?,..." marks."""
+    for i in range(0, len(values), size):
+        part = values[i : i + size]
+        yield part, ",".join("?" * len(part))
 
 
 def _create(db: sqlite3.Connection, name: str, dim: int) -> None:

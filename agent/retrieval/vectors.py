@@ -49,9 +49,8 @@ def name_top(snap: Snapshot, q: np.ndarray, k: int, mask: np.ndarray | None = No
     if snap.size == 0 or k <= 0:
         return []
     named = snap.name_rows >= 0
-    mask = named if mask is None else mask & named
     all_rows = row_scores(snap, q) if scores is None else scores
-    return _top(np.where(named, all_rows[np.maximum(snap.name_rows, 0)], -np.inf), k, mask)
+    return _top(all_rows[np.maximum(snap.name_rows, 0)], k, named if mask is None else mask & named)
 
 
 def _top(scores: np.ndarray, k: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
