@@ -105,6 +105,33 @@ def _scale_mask(mn_mask, k_mask, k0, k_end, MN_FIRST: tl.constexpr, MODE: tl.con
 
 
 @triton.jit
+def _k_loop(
+    a_ptr, sa_ptr, b_ptr, sb_ptr, offs_m, offs_n, m_mask, n_mask, k_start, k_end,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_sam, stride_sak, stride_sbn, stride_sbk,
+    MODE: tl.constexpr, DOT_F32: tl.constexpr, IEEE: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+):
+    """The (BM, BN) fp32 tile a[offs_m, k_start:k_end] @ b[k_start:k_end, offs_n], BK at a time,
+    with the MX scales MODE reads (both kernels' reduction; Triton inlines it)."""
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(k_start, k_end, BK):
+        offs_k = (k0 + tl.arange(0, BK)).to(tl.int64)  # strided views: k * stride can pass 2^31
+        k_mask = offs_k < k_end
+        a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+        b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+        sa_ptrs = _scale_ptrs(sa_ptr, offs_m, offs_k, k0, stride_sam, stride_sak, True, MODE, BK)
+        sb_ptrs = _scale_ptrs(sb_ptr, offs_n, offs_k, k0, stride_sbn, stride_sbk, False, MODE, BK)
+        acc = _mma_step(
+            acc, a_ptrs, b_ptrs, sa_ptrs, sb_ptrs,
+            m_mask[:, None] & k_mask[None, :], k_mask[:, None] & n_mask[None, :],
+            _scale_mask(m_mask, k_mask, k0, k_end, True, MODE, BK),
+            _scale_mask(n_mask, k_mask, k0, k_end, False, MODE, BK),
+            MODE, DOT_F32, IEEE,
+        )
+    return acc
+
+
+@triton.jit
 def _grouped_mm_kernel(
     a_ptr, sa_ptr, b_ptr, sb_ptr, out_ptr, offsets_ptr, tile_ends_ptr, E, N, K,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_om, stride_on,
@@ -130,21 +157,9 @@ def _grouped_mm_kernel(
     n_mask = offs_n < N
     b_base = b_ptr + e.to(tl.int64) * stride_be
     sb_base = sb_ptr + e.to(tl.int64) * stride_sbe
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k0 in range(0, K, BK):
-        offs_k = (k0 + tl.arange(0, BK)).to(tl.int64)  # strided views: k * stride can pass 2^31
-        k_mask = offs_k < K
-        a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-        b_ptrs = b_base + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
-        sa_ptrs = _scale_ptrs(sa_ptr, offs_m, offs_k, k0, stride_sam, stride_sak, True, MODE, BK)
-        sb_ptrs = _scale_ptrs(sb_base, offs_n, offs_k, k0, stride_sbn, stride_sbk, False, MODE, BK)
-        acc = _mma_step(
-            acc, a_ptrs, b_ptrs, sa_ptrs, sb_ptrs,
-            m_mask[:, None] & k_mask[None, :], k_mask[:, None] & n_mask[None, :],
-            _scale_mask(m_mask, k_mask, k0, K, True, MODE, BK),
-            _scale_mask(n_mask, k_mask, k0, K, False, MODE, BK),
-            MODE, DOT_F32, IEEE,
-        )
+    acc = _k_loop(a_ptr, sa_ptr, b_base, sb_base, offs_m, offs_n, m_mask, n_mask, 0, K,
+                  stride_am, stride_ak, stride_bk, stride_bn, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                  MODE, DOT_F32, IEEE, BM, BN, BK)
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
 
@@ -166,21 +181,9 @@ def _grouped_mm_wgrad_kernel(
     n_mask = offs_n < N2
     k_start = tl.load(offsets_ptr + e - 1, mask=e > 0, other=0)
     k_end = tl.load(offsets_ptr + e)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k0 in range(k_start, k_end, BK):
-        offs_k = (k0 + tl.arange(0, BK)).to(tl.int64)  # strided views: k * stride can pass 2^31
-        k_mask = offs_k < k_end
-        a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-        b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
-        sa_ptrs = _scale_ptrs(sa_ptr, offs_m, offs_k, k0, stride_sam, stride_sak, True, MODE, BK)
-        sb_ptrs = _scale_ptrs(sb_ptr, offs_n, offs_k, k0, stride_sbn, stride_sbk, False, MODE, BK)
-        acc = _mma_step(
-            acc, a_ptrs, b_ptrs, sa_ptrs, sb_ptrs,
-            m_mask[:, None] & k_mask[None, :], k_mask[:, None] & n_mask[None, :],
-            _scale_mask(m_mask, k_mask, k0, k_end, True, MODE, BK),
-            _scale_mask(n_mask, k_mask, k0, k_end, False, MODE, BK),
-            MODE, DOT_F32, IEEE,
-        )
+    acc = _k_loop(a_ptr, sa_ptr, b_ptr, sb_ptr, offs_m, offs_n, m_mask, n_mask, k_start, k_end,
+                  stride_am, stride_ak, stride_bk, stride_bn, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                  MODE, DOT_F32, IEEE, BM, BN, BK)
     out_ptrs = out_ptr + e.to(tl.int64) * stride_oe + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
 
