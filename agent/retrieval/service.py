@@ -7,8 +7,8 @@ the sessions of a process, and never in the way of a prompt.
     live.touch(["a.py"])                      # didSave / didClose: re-read from the disk
     live.touch(["a.py"], texts={"a.py": t})   # didChange: the unsaved text (debounced)
 
-`spec` names the embedder: "minilm" (the bundled all-MiniLM-L6-v2), an OpenAI-compatible base URL
-("http://host:8000/v1", model from $COMPOSER_EMBEDDING_MODEL), or "off".
+`spec` names the embedder: "minilm" (the bundled all-MiniLM-L6-v2 with its code adapter), an
+OpenAI-compatible base URL ("http://host:8000/v1", model from $COMPOSER_EMBEDDING_MODEL), or "off".
 """
 
 from __future__ import annotations
