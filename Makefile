@@ -18,7 +18,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup system-deps browser-deps run test lint model bench bench-server bench-retrieval bench-envs bench-vllm clean
+.PHONY: setup system-deps browser-deps run test lint model bench bench-server bench-retrieval bench-envs bench-ann bench-vllm clean
 
 setup: system-deps $(STAMP)
 
@@ -69,6 +69,9 @@ bench-retrieval: setup
 
 bench-envs: setup
 	$(PY) bench/envs.py
+
+bench-ann: setup
+	$(PY) bench/ann.py
 
 VLLM_VENV ?= .venv-vllm
 $(VLLM_VENV)/.setup-done:

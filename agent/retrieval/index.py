@@ -44,7 +44,14 @@ from agent.retrieval.embedder import Embedder
 from agent.retrieval.exceptions import IndexNotReadyError, StaleIndexError
 from agent.retrieval.scan import diff, indexable, merkle, read_source, stat_files, text_record
 from agent.retrieval.store import DB_NAME, FileRecord, FileUpdate, Shard, chunk_hash, name_hash
-from agent.retrieval.vectors import Hnsw, exact_top, name_top, remove_stale, row_scores
+from agent.retrieval.vectors import (
+    HNSW_THRESHOLD,
+    Hnsw,
+    exact_top,
+    name_top,
+    remove_stale,
+    row_scores,
+)
 from agent.workspace import Workspace
 
 CHANNELS = ("keyword", "vector", "symbol")
@@ -110,7 +117,7 @@ class CodebaseIndex:
     def __init__(self, workspace_root: str | os.PathLike[str], embedder: Embedder,
                  index_dir: str | os.PathLike[str] | None = None, *, read_only: bool = False,
                  on_progress: Callable[[int, int], None] | None = None, max_file_bytes: int = 1 << 20,
-                 max_chars: int = MAX_CHARS, batch_chunks: int = 256, hnsw_threshold: int = 50_000,
+                 max_chars: int = MAX_CHARS, batch_chunks: int = 256, hnsw_threshold: int = HNSW_THRESHOLD,
                  weights: Mapping[str, float] | None = None, rrf_k: int = RRF_K) -> None:
         self.workspace = Workspace(workspace_root)
         self.root = self.workspace.root
