@@ -107,6 +107,21 @@ def quality(index: CodebaseIndex, targets: list[Target], modes: tuple[str, ...] 
     return res
 
 
+def identifier_quality(index: CodebaseIndex, targets: list[Target]) -> dict:
+    """MRR@10 and function@1 per mode when the query is the function's name, bare ("urlopen")
+    or qualified ("HTTPConnectionPool.urlopen"): how a user searches for code they know."""
+    res = {}
+    for mode, channels in MODES.items():
+        ranks = []
+        for t in targets:
+            for query in dict.fromkeys((t.qualname.rsplit(".", 1)[-1], t.qualname)):
+                hits = index.search(query, 10, channels=channels)
+                ranks.append(next((i for i, h in enumerate(hits, 1) if function_hit(h, t)), None))
+        res[mode] = {"mrr@10": float(np.mean([1 / r if r else 0.0 for r in ranks])),
+                     "func@1": float(np.mean([r == 1 for r in ranks])), "queries": len(ranks)}
+    return res
+
+
 def union_at_10(hits: dict[str, list], targets: list[Target]) -> float:
     """How often the keyword or the vector top 10 holds the function: what fusing the two
     rankings into one top 10 can reach at best (short of pulling up their ranks 11+)."""
@@ -173,7 +188,7 @@ def bench_quality(packages: list[str], n_tasks: int, work: Path, embedder: MiniL
         print(f"{package}: {stats.files} files, {stats.chunks} chunks, built with MiniLM in {build_s:.1f} s; "
               f"{len(targets)} docstring queries", flush=True)
         res = {"files": stats.files, "chunks": stats.chunks, "queries": len(targets), "build_s": build_s,
-               "docstring": quality(index, targets)}
+               "docstring": quality(index, targets), "identifier": identifier_quality(index, targets)}
         tasks, loc = localisation(index, root, targets, n_tasks)
         res["bugs"] = {"tasks": len(tasks), **loc}
         res["incremental"] = incremental(index, root, tasks[0] if tasks else targets[0])
@@ -196,6 +211,9 @@ def bench_quality(packages: list[str], n_tasks: int, work: Path, embedder: MiniL
 def pooled(corpora: dict) -> dict:
     """Query-weighted means over the corpora, per task kind and mode."""
     res: dict = {}
+    res["identifier"] = {mode: {m: float(np.average([c["identifier"][mode][m] for c in corpora.values()],
+                                                     weights=[c["identifier"][mode]["queries"] for c in corpora.values()]))
+                                for m in ("mrr@10", "func@1")} for mode in MODES}
     for kind in ("docstring", "bugs", "docstring_plain"):
         res[kind] = {}
         if any(kind not in c for c in corpora.values()):
@@ -386,6 +404,9 @@ def tables(res: dict) -> str:
     for mode, m in q["pooled"]["docstring_plain"].items():
         out.append(f"| {mode}, MiniLM without the code adapter | {pct(m['file@5'])} | {pct(m['file@10'])} | "
                    f"{pct(m['func@5'])} | {pct(m['func@10'])} | {m['mrr@10']:.3f} | {100 * (m['func@10'] - base):+.1f} pts |")
+    n_ident = sum(c["identifier"]["keyword"]["queries"] for c in q["corpora"].values())
+    out += ["", f"Identifier queries ({n_ident}: each target's bare and qualified name): " + ", ".join(
+        f"{mode} MRR@10 {m['mrr@10']:.3f}, function@1 {pct(m['func@1'])}" for mode, m in q["pooled"]["identifier"].items())]
     out += ["", f"Bug localisation ({sum(c['bugs']['tasks'] for c in q['corpora'].values())} mutated functions, "
             "re-indexed with update_files, queried by name words + behaviour):", "",
             "| mode | file@5 | file@10 | function@5 | function@10 | MRR@10 |", "| --- | --- | --- | --- | --- | --- |"]
