@@ -83,7 +83,7 @@ def merge_adapter(model: Any, adapter: Adapter) -> None:
             layer = modules.get(name)
             if not isinstance(layer, torch.nn.Linear) or layer.weight.shape != (b.shape[0], a.shape[1]):
                 raise EmbeddingError(f"the adapter's layer {name} does not fit {BASE_MODEL}")
-            layer.weight += torch.from_numpy(b @ a).to(layer.weight.dtype)
+            layer.weight += torch.from_numpy(b @ a).to(layer.weight.device, layer.weight.dtype)
 
 
 def save_adapter(path: str | Path, deltas: dict[str, tuple[np.ndarray, np.ndarray]],
