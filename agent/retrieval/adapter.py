@@ -14,6 +14,7 @@ file's SHA-256 prefix, so an index built with another adapter is rebuilt, never 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,9 @@ def load_adapter(path: str | Path) -> Adapter:
     try:
         raw = path.read_bytes()
         tensors = load(raw)
-        metadata = _metadata(path)
+        # The header (after its 8-byte length) is JSON; the metadata is its "__metadata__".
+        header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])
+        metadata = dict(header.get("__metadata__") or {})
     except (OSError, SafetensorError, ValueError) as err:
         raise EmbeddingError(f"cannot read the embedder adapter {path}: {err}") from err
     if metadata.get("base") != BASE_MODEL:
@@ -63,13 +66,6 @@ def load_adapter(path: str | Path) -> Adapter:
     if not deltas:
         raise EmbeddingError(f"the adapter {path} holds no LoRA factors")
     return Adapter("code-" + hashlib.sha256(raw).hexdigest()[:8], deltas, metadata)
-
-
-def _metadata(path: Path) -> dict[str, str]:
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="numpy") as f:
-        return dict(f.metadata() or {})
 
 
 def merge_adapter(model: Any, adapter: Adapter) -> None:
