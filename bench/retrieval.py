@@ -107,18 +107,23 @@ def quality(index: CodebaseIndex, targets: list[Target], modes: tuple[str, ...] 
     return res
 
 
+def identifier_queries(t: Target) -> list[str]:
+    """The function's name, bare ("urlopen") and qualified ("HTTPConnectionPool.urlopen")."""
+    return list(dict.fromkeys((t.qualname.rsplit(".", 1)[-1], t.qualname)))
+
+
 def identifier_quality(index: CodebaseIndex, targets: list[Target]) -> dict:
-    """MRR@10 and function@1 per mode when the query is the function's name, bare ("urlopen")
-    or qualified ("HTTPConnectionPool.urlopen"): how a user searches for code they know."""
+    """MRR@10 and function@1 per mode when the query names the function: how a user searches
+    for code they know."""
     res = {}
     for mode, channels in MODES.items():
         ranks = []
         for t in targets:
-            for query in dict.fromkeys((t.qualname.rsplit(".", 1)[-1], t.qualname)):
+            for query in identifier_queries(t):
                 hits = index.search(query, 10, channels=channels)
                 ranks.append(next((i for i, h in enumerate(hits, 1) if function_hit(h, t)), None))
         res[mode] = {"mrr@10": float(np.mean([1 / r if r else 0.0 for r in ranks])),
-                     "func@1": float(np.mean([r == 1 for r in ranks])), "queries": len(ranks)}
+                     "func@1": float(np.mean([r == 1 for r in ranks]))}
     return res
 
 
@@ -188,7 +193,8 @@ def bench_quality(packages: list[str], n_tasks: int, work: Path, embedder: MiniL
         print(f"{package}: {stats.files} files, {stats.chunks} chunks, built with MiniLM in {build_s:.1f} s; "
               f"{len(targets)} docstring queries", flush=True)
         res = {"files": stats.files, "chunks": stats.chunks, "queries": len(targets), "build_s": build_s,
-               "docstring": quality(index, targets), "identifier": identifier_quality(index, targets)}
+               "docstring": quality(index, targets), "identifier": identifier_quality(index, targets),
+               "identifier_queries": sum(len(identifier_queries(t)) for t in targets)}
         tasks, loc = localisation(index, root, targets, n_tasks)
         res["bugs"] = {"tasks": len(tasks), **loc}
         res["incremental"] = incremental(index, root, tasks[0] if tasks else targets[0])
@@ -208,21 +214,25 @@ def bench_quality(packages: list[str], n_tasks: int, work: Path, embedder: MiniL
     return out
 
 
+POOLED = {
+    "docstring": (lambda c: c["docstring"], lambda c: c["queries"]),
+    "docstring_plain": (lambda c: c.get("docstring_plain"), lambda c: c["queries"]),
+    "identifier": (lambda c: c["identifier"], lambda c: c["identifier_queries"]),
+    "bugs": (lambda c: c["bugs"]["scores"], lambda c: c["bugs"]["tasks"]),
+}
+"""Per task kind: where a corpus keeps its {mode: metrics}, and how many queries weigh them."""
+
+
 def pooled(corpora: dict) -> dict:
-    """Query-weighted means over the corpora, per task kind and mode."""
+    """Query-weighted means over the corpora, per task kind and mode ({} for a kind some corpus
+    did not measure)."""
     res: dict = {}
-    res["identifier"] = {mode: {m: float(np.average([c["identifier"][mode][m] for c in corpora.values()],
-                                                     weights=[c["identifier"][mode]["queries"] for c in corpora.values()]))
-                                for m in ("mrr@10", "func@1")} for mode in MODES}
-    for kind in ("docstring", "bugs", "docstring_plain"):
-        res[kind] = {}
-        if any(kind not in c for c in corpora.values()):
-            continue
-        first = next(iter(corpora.values()))
-        for mode in (first["bugs"]["scores"] if kind == "bugs" else first[kind]):
-            weights = [c["bugs"]["tasks"] if kind == "bugs" else c["queries"] for c in corpora.values()]
-            metrics = [(c["bugs"]["scores"] if kind == "bugs" else c[kind])[mode] for c in corpora.values()]
-            res[kind][mode] = {m: float(np.average([x[m] for x in metrics], weights=weights)) for m in metrics[0]}
+    for kind, (scores_of, count_of) in POOLED.items():
+        scores = [scores_of(c) for c in corpora.values()]
+        weights = [count_of(c) for c in corpora.values()]
+        res[kind] = {} if any(s is None for s in scores) else {
+            mode: {m: float(np.average([s[mode][m] for s in scores], weights=weights)) for m in metrics}
+            for mode, metrics in scores[0].items()}
     return res
 
 
@@ -404,7 +414,7 @@ def tables(res: dict) -> str:
     for mode, m in q["pooled"]["docstring_plain"].items():
         out.append(f"| {mode}, MiniLM without the code adapter | {pct(m['file@5'])} | {pct(m['file@10'])} | "
                    f"{pct(m['func@5'])} | {pct(m['func@10'])} | {m['mrr@10']:.3f} | {100 * (m['func@10'] - base):+.1f} pts |")
-    n_ident = sum(c["identifier"]["keyword"]["queries"] for c in q["corpora"].values())
+    n_ident = sum(c["identifier_queries"] for c in q["corpora"].values())
     out += ["", f"Identifier queries ({n_ident}: each target's bare and qualified name): " + ", ".join(
         f"{mode} MRR@10 {m['mrr@10']:.3f}, function@1 {pct(m['func@1'])}" for mode, m in q["pooled"]["identifier"].items())]
     out += ["", f"Bug localisation ({sum(c['bugs']['tasks'] for c in q['corpora'].values())} mutated functions, "
