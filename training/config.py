@@ -1,0 +1,227 @@
+"""The trainer's configuration: one `RLConfig` of frozen, typed component configs, every field
+documented (the docstrings are the `--help` text tyro generates), and the presets as functions.
+
+    python -m training.rl --preset smoke                      # this CPU, minutes, end to end
+    python -m training.rl --preset cpu --optim.lr 2e-5        # a preset, then any field
+    python -m training.rl --help                              # every field with its docstring
+
+Presets: `smoke` (end to end on this CPU in under 10 minutes), `cpu` (the learning run on this
+machine, at most 2 hours), `multi_gpu` (8 GPUs: FSDP2 trainer, vLLM rollout servers, Ray), and
+`debug` (the tiny random model of the unit tests). `dataclasses.replace` (or `replace_in`) makes
+variants; it is shallow, so nested configs are replaced one level at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+FROZEN = {"frozen": True, "kw_only": True, "slots": True}
+
+
+@dataclass(**FROZEN)
+class TrainModelConfig:
+    path: str = "composer-mini"
+    """Checkpoint directory in Hugging Face layout (Mixtral, Qwen3-MoE, Llama), "composer-mini"
+    for the default model (built on first use), or "debug" for a tiny random MoE."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Master weights' dtype. float32 on a CPU keeps the trainer's logprobs equal to the engine's."""
+    autocast_bf16: bool = False
+    """Run matmuls in bf16 under autocast (AMX on recent Xeons, tensor cores on GPUs)."""
+    lora_rank: int = 0
+    """0: full fine-tuning. >0: LoRA adapters of this rank on `lora_targets`, the base frozen."""
+    lora_alpha: float = 16.0
+    """LoRA scale numerator: the update is (alpha / rank) * B @ A."""
+    lora_targets: tuple[str, ...] = ("qkv", "o_proj", "w13_EFD", "w2_EDF")
+    """Parameter-name suffixes that get adapters (the experts' stacked weights get one per expert)."""
+    gradient_checkpointing: bool = False
+    """Recompute each block's activations in backward (memory for time)."""
+
+
+@dataclass(**FROZEN)
+class OptimConfig:
+    lr: float = 1e-5
+    """AdamW learning rate (after warmup)."""
+    betas: tuple[float, float] = (0.9, 0.99)
+    """AdamW betas."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay."""
+    warmup_steps: int = 0
+    """Linear warmup from 0 over this many updates."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this (0 disables)."""
+
+
+@dataclass(**FROZEN)
+class LossConfig:
+    eps_low: float = 0.2
+    """Clip floor: r >= 1 - eps_low (training/loss.py, choice 3)."""
+    eps_high: float = 0.28
+    """Clip ceiling: r <= 1 + eps_high; higher than the floor (clip-higher)."""
+    tis_cap: float = 2.0
+    """Truncated importance sampling: w = min(pi_old / mu, tis_cap) (choice 4)."""
+    kl_coef: float = 0.0
+    """Weight of the k3 KL to the reference (choice 6); 0 turns the reference off."""
+    sft_coef: float = 1.0
+    """Weight of the reward-filtered likelihood term for off-policy samples (choice 7)."""
+    sft_min_reward: float = 1.0
+    """Off-policy samples with a reward below this are dropped, not imitated."""
+
+
+@dataclass(**FROZEN)
+class RolloutConfig:
+    tasks: str = "bugfix-train"
+    """Task set: a suite name under training/data/suites/ or a JSONL file of tasks."""
+    group_size: int = 4
+    """Samples per task (the group of choice 1 in training/loss.py)."""
+    tasks_per_step: int = 4
+    """Tasks per update: a batch holds tasks_per_step * group_size samples."""
+    temperature: float = 1.0
+    """Sampling temperature of rollouts (the loss divides logits by the same value)."""
+    top_p: float = 1.0
+    """Nucleus sampling of rollouts."""
+    max_turns: int = 8
+    """Model calls per rollout before it is cut (a cut rollout is masked, not scored 0)."""
+    max_tokens: int = 384
+    """Most tokens per model call."""
+    system_prompt: Literal["full", "short"] = "full"
+    """The harness's system prompt, or a shorter one for CPU presets (stated in the results)."""
+    workers: int = 2
+    """Concurrent rollouts (agent sessions and their environments)."""
+    backend: Literal["engine", "ray", "vllm"] = "engine"
+    """engine: the in-process engine; ray: rollout actors (local or a cluster), same code path;
+    vllm: vLLM servers at `vllm_urls` with weights pushed after every update."""
+    engine_quantize: Literal["none", "int4"] = "none"
+    """The rollout engine's weights (int4 decodes faster; TIS corrects the mismatch)."""
+    vllm_urls: tuple[str, ...] = ()
+    """vLLM OpenAI-compatible servers for backend=vllm."""
+    replay_logs: tuple[str, ...] = ()
+    """Datasets built by `python -m training.data build` mixed into the buffer (logged sessions)."""
+
+
+@dataclass(**FROZEN)
+class BufferConfig:
+    max_offpolicy_steps: int = 0
+    """How many updates a sample may lag the policy it trains (0: synchronous, every sample
+    comes from the current weights)."""
+    max_policy_age: int = 8
+    """Replayed logs older than this many versions are treated as off-policy (training/loss.py
+    choice 7) instead of being importance-weighted."""
+    drop_zero_advantage: bool = True
+    """Drop groups whose rewards are all equal (they carry no gradient, DAPO's dynamic sampling)."""
+
+
+@dataclass(**FROZEN)
+class TrainConfig:
+    steps: int = 20
+    """Updates to run."""
+    seed: int = 0
+    """Seeds the model init, the task order and every rollout's sampler."""
+    micro_batch_tokens: int = 8192
+    """Tokens per forward/backward; a batch is accumulated over as many micro-batches as needed."""
+    warm_start_steps: int = 0
+    """Supervised steps on demonstrations before RL (`warm_start` source)."""
+    warm_start: Literal["none", "gold", "endpoint"] = "none"
+    """Demonstrations: "gold" synthesises read -> edit -> test -> answer trajectories from the
+    train tasks' gold patches; "endpoint" logs a stronger model served at `endpoint`."""
+    endpoint: str = ""
+    """OpenAI-compatible URL of the stronger model for warm_start="endpoint"."""
+    device: str = "cpu"
+    """Trainer device (cuda under torchrun)."""
+
+
+@dataclass(**FROZEN)
+class CheckpointConfig:
+    dir: str = "runs/rl"
+    """Run directory: checkpoints, TensorBoard logs, metrics and the final plot."""
+    every: int = 5
+    """Write a checkpoint (HF layout + trainer state) every this many updates (and at the end)."""
+    keep: int = 2
+    """Checkpoints kept (older ones are deleted once a newer one is complete)."""
+    resume: bool = True
+    """Continue from the run directory's latest complete checkpoint when there is one."""
+
+
+@dataclass(**FROZEN)
+class RLConfig:
+    model: TrainModelConfig = field(default_factory=TrainModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    buffer: BufferConfig = field(default_factory=BufferConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    progress: bool = True
+    """Show a progress bar on stderr."""
+
+
+def replace_in(config: RLConfig, **sections: dict[str, Any]) -> RLConfig:
+    """`replace_in(cfg, optim={"lr": 1e-4})`: replaces fields one level down."""
+    changes = {name: dataclasses.replace(getattr(config, name), **fields) for name, fields in sections.items()}
+    return dataclasses.replace(config, **changes)
+
+
+# ---- presets --------------------------------------------------------------------------------------
+
+
+def debug() -> RLConfig:
+    """The tiny random MoE of the unit tests: seconds per update."""
+    return replace_in(
+        RLConfig(),
+        model={"path": "debug"},
+        optim={"lr": 3e-3},
+        rollout={"group_size": 4, "tasks_per_step": 2, "max_tokens": 48, "workers": 1},
+        train={"steps": 6, "micro_batch_tokens": 4096},
+        checkpoint={"dir": "runs/debug", "every": 2},
+        progress=False,
+    )
+
+
+def smoke() -> RLConfig:
+    """composer-mini, end to end on this CPU in under 10 minutes: two updates of LoRA RL on two
+    bug-fix tasks, a checkpoint and the plot."""
+    return replace_in(
+        RLConfig(),
+        model={"lora_rank": 8},
+        optim={"lr": 1e-4},
+        rollout={"group_size": 2, "tasks_per_step": 2, "max_turns": 3, "max_tokens": 160,
+                 "system_prompt": "short", "engine_quantize": "int4"},
+        train={"steps": 2},
+        checkpoint={"dir": "runs/smoke", "every": 1},
+    )
+
+
+def cpu() -> RLConfig:
+    """The learning run on this machine (2 cores), at most 2 hours: LoRA RL on the bug-fix
+    family's train split, short system prompt, int4 rollouts corrected by TIS."""
+    return replace_in(
+        RLConfig(),
+        model={"lora_rank": 16, "lora_alpha": 32.0},
+        optim={"lr": 5e-5, "warmup_steps": 2},
+        rollout={"group_size": 4, "tasks_per_step": 4, "max_turns": 4, "max_tokens": 192,
+                 "system_prompt": "short", "engine_quantize": "int4", "workers": 2},
+        buffer={"max_offpolicy_steps": 1},
+        train={"steps": 40},
+        checkpoint={"dir": "runs/cpu", "every": 5},
+    )
+
+
+def multi_gpu() -> RLConfig:
+    """One 8-GPU node (or more, with Ray): `torchrun --nproc-per-node 4 -m training.rl --preset
+    multi_gpu` trains with FSDP2 (experts sharded across ranks) on 4 GPUs while 4 vLLM servers
+    (`vllm serve DIR --port 8001..8004`) sample; weights go to them after every update."""
+    return replace_in(
+        RLConfig(),
+        model={"dtype": "bfloat16", "gradient_checkpointing": True},
+        optim={"lr": 1e-6, "warmup_steps": 10},
+        rollout={"group_size": 8, "tasks_per_step": 32, "max_turns": 32, "max_tokens": 2048,
+                 "workers": 64, "backend": "vllm",
+                 "vllm_urls": tuple(f"http://127.0.0.1:{8001 + i}" for i in range(4))},
+        buffer={"max_offpolicy_steps": 2},
+        train={"steps": 500, "micro_batch_tokens": 32768, "device": "cuda"},
+        checkpoint={"dir": "runs/multi_gpu", "every": 25},
+    )
+
+
+PRESETS = {"debug": debug, "smoke": smoke, "cpu": cpu, "multi_gpu": multi_gpu}
