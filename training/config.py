@@ -156,24 +156,29 @@ class RLConfig:
     """Show a progress bar on stderr."""
 
 
-def replace_in(config: RLConfig, **sections: dict[str, Any]) -> RLConfig:
-    """`replace_in(cfg, optim={"lr": 1e-4})`: replaces fields one level down."""
-    changes = {name: dataclasses.replace(getattr(config, name), **fields) for name, fields in sections.items()}
-    return dataclasses.replace(config, **changes)
+def replace_in(config: RLConfig, **changes: Any) -> RLConfig:
+    """`replace_in(cfg, optim={"lr": 1e-4}, progress=False)`: a dict replaces fields of that
+    section, any other value the top-level field."""
+    resolved = {
+        name: dataclasses.replace(getattr(config, name), **value) if isinstance(value, dict) else value
+        for name, value in changes.items()
+    }
+    return dataclasses.replace(config, **resolved)
 
 
 # ---- presets --------------------------------------------------------------------------------------
 
 
 def debug() -> RLConfig:
-    """The tiny random MoE of the unit tests: seconds per update."""
+    """The tiny random MoE on the toy task (training/toy.py): a format warm start, then RL;
+    seconds per update."""
     return replace_in(
         RLConfig(),
         model={"path": "debug"},
         optim={"lr": 3e-3},
-        rollout={"group_size": 4, "tasks_per_step": 2, "max_tokens": 48, "workers": 1},
-        train={"steps": 6, "micro_batch_tokens": 4096},
-        checkpoint={"dir": "runs/debug", "every": 2},
+        rollout={"tasks": "toy", "group_size": 4, "tasks_per_step": 2, "max_tokens": 40, "workers": 1},
+        train={"steps": 6, "warm_start": "gold", "warm_start_steps": 30, "micro_batch_tokens": 4096},
+        checkpoint={"dir": "runs/debug", "every": 3},
         progress=False,
     )
 

@@ -1,0 +1,200 @@
+"""The trainer: one update of the policy from groups of samples (training/loss.py's objective),
+LoRA or full fine-tuning, gradient accumulation over micro-batches, and its state for
+checkpoints. Rollouts, the buffer and weight sync are other modules (training/rl.py joins them).
+
+    model = load_policy(cfg.model, seed)              # composer-mini, a checkpoint, or "debug"
+    trainer = Trainer(cfg, model)
+    metrics = trainer.update(groups, version)         # forward, backward, optimizer step
+
+Under torch.distributed (training/distributed.py) each rank updates on its share of the
+samples; the loss's token counts and the metrics are summed over ranks first, so the gradient
+equals one process's on the whole batch.
+
+Tests: .venv/bin/python -m pytest tests/training/test_trainer.py
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from model.config import ModelConfig
+from model.transformer import Transformer
+from training.batch import MicroBatch, PreparedBatch, micro_batches, prepare
+from training.buffer import Group
+from training.config import RLConfig, TrainModelConfig
+from training.lora import adapters_disabled, add_lora
+from training.loss import METRIC_COUNTS, LossCounts, LossInputs, policy_loss, selected_logprobs
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def resolve_model_path(path: str) -> Path | None:
+    """None for "debug"; composer-mini's directory (built on first use); else the path."""
+    if path == "debug":
+        return None
+    if path == "composer-mini":
+        from model.home import ensure_default_model
+
+        return ensure_default_model()
+    return Path(path).expanduser()
+
+
+def load_policy(config: TrainModelConfig, seed: int = 0, vocab_size: int | None = None) -> Transformer:
+    """The model to train, in its master dtype (LoRA is added by the Trainer); "debug" is
+    `ModelConfig.debug()` with the tokenizer's vocabulary, randomly initialised from `seed`."""
+    from model.hf import load_model
+
+    path = resolve_model_path(config.path)
+    if path is None:
+        debug = ModelConfig.debug(vocab_size=vocab_size or 256, max_position_embeddings=1024)
+        model = Transformer(debug).init_weights(seed=seed)
+    else:
+        model = load_model(path)
+    return model.to(DTYPES[config.dtype])
+
+
+class Trainer:
+    def __init__(self, config: RLConfig, model: Transformer, group: dist.ProcessGroup | None = None) -> None:
+        self.config = config
+        self.model = model.train()
+        self.group = group
+        mc = config.model
+        if mc.lora_rank > 0:
+            add_lora(model, mc.lora_rank, mc.lora_alpha, mc.lora_targets, seed=config.train.seed)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError("nothing to train: every parameter is frozen")
+        self.reference = None
+        if config.loss.kl_coef > 0 and mc.lora_rank == 0:
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        o = config.optim
+        self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+        self.step = 0
+
+    # ---- the update -----------------------------------------------------------------------------
+
+    def lr_at(self, step: int) -> float:
+        o = self.config.optim
+        return o.lr * min(1.0, (step + 1) / o.warmup_steps) if o.warmup_steps else o.lr
+
+    def update(self, groups: list[Group], version: int) -> dict[str, float]:
+        """One optimizer step on these groups (this rank's share of them)."""
+        started = time.perf_counter()
+        cfg = self.config
+        batch = prepare(groups, cfg.loss, cfg.buffer, version)
+        counts = self._all_reduce([batch.policy_tokens, batch.sft_tokens])
+        loss_counts = LossCounts(int(counts[0]), int(counts[1]))
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr_at(self.step)
+        self.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {}
+        tokens = 0
+        for mb in micro_batches(batch, cfg.train.micro_batch_tokens):
+            out = policy_loss(self._loss_inputs(mb), cfg.loss, loss_counts)
+            out.loss.backward()
+            tokens += mb.num_tokens
+            for name, value in out.metrics.items():
+                sums[name] = sums.get(name, 0.0) + float(value)
+        if not batch.samples and self.group is not None:
+            self._touch_all_parameters()  # FSDP: every rank must run a backward
+        grad_norm = self._clip()
+        self.optimizer.step()
+        self.step += 1
+        metrics = self._metrics(batch, sums, loss_counts) | rollout_metrics(groups)
+        metrics.update(grad_norm=grad_norm, lr=self.lr_at(self.step - 1), train_tokens=float(tokens),
+                       update_seconds=time.perf_counter() - started)
+        return metrics
+
+    def _loss_inputs(self, mb: MicroBatch) -> LossInputs:
+        logp = self.token_logprobs(self.model, mb)
+        v = mb.valid_BP
+        ref = None
+        if self.config.loss.kl_coef > 0:
+            with torch.no_grad():
+                if self.reference is not None:
+                    ref = self.token_logprobs(self.reference, mb)[v]
+                else:
+                    with adapters_disabled(self.model):
+                        ref = self.token_logprobs(self.model, mb)[v]
+        return LossInputs(
+            logprobs=logp[v], old_logprobs=logp.detach()[v], behaviour_logprobs=mb.behaviour_BP[v],
+            advantages=mb.advantages_BP[v], mask=mb.mask_BP[v], sft_mask=mb.sft_mask_BP[v], ref_logprobs=ref,
+        )
+
+    def token_logprobs(self, model: Transformer, mb: MicroBatch) -> torch.Tensor:
+        """(B, P) log pi(target) at the loss positions, temperature-scaled as the sampler's."""
+        device = next(model.parameters()).device
+        autocast = (torch.autocast(device.type, dtype=torch.bfloat16)
+                    if self.config.model.autocast_bf16 else nullcontext())
+        with autocast:
+            out = model(mb.input_ids_BS.to(device), logits_at=mb.positions_BP.to(device))
+        targets = mb.targets_BS.to(device).gather(1, mb.positions_BP.to(device))
+        return selected_logprobs(out.logits, targets, mb.temperature)
+
+    def _clip(self) -> float:
+        limit = self.config.optim.max_grad_norm
+        norm = torch.nn.utils.clip_grad_norm_(self.params, limit if limit > 0 else math.inf)
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+    def _touch_all_parameters(self) -> None:
+        out = self.model(torch.zeros(1, 1, dtype=torch.long, device=next(self.model.parameters()).device))
+        (0.0 * out.logits.sum()).backward()
+
+    def _all_reduce(self, values: list[float]) -> list[float]:
+        if self.group is None:
+            return values
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t, group=self.group)
+        return t.tolist()
+
+    # ---- metrics --------------------------------------------------------------------------------
+
+    def _metrics(self, batch: PreparedBatch, sums: dict[str, float], counts: LossCounts) -> dict[str, float]:
+        names = sorted(METRIC_COUNTS)
+        totals = self._all_reduce([sums.get(n, 0.0) for n in names])
+        out = {}
+        for name, total in zip(names, totals):
+            denominator = getattr(counts, METRIC_COUNTS[name])
+            if denominator:
+                out[name] = total / denominator
+        out.update({f"dropped_{k}": float(v) for k, v in batch.dropped.items()}, samples=float(len(batch.samples)))
+        out.update(policy_tokens=float(counts.policy_tokens), sft_tokens=float(counts.sft_tokens))
+        return out
+
+    # ---- state ----------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        return {"step": self.step, "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = state["step"]
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+def rollout_metrics(groups: list[Group]) -> dict[str, float]:
+    """Over every on-policy rollout of the update (filtered or not): reward, success rate,
+    response length, turns, tool calls and the share of calls made in parallel."""
+    samples = [s for g in groups for s in g.samples if not s.off_policy]
+    out: dict[str, float] = {}
+    rewards = [s.reward for s in samples if not math.isnan(s.reward)]
+    if rewards:
+        out["reward"] = sum(rewards) / len(rewards)
+        out["success"] = sum(r >= 1.0 for r in rewards) / len(rewards)
+    if samples:
+        out["response_tokens"] = sum(s.num_policy_tokens for s in samples) / len(samples)
+        out["masked_rewards"] = float(len(samples) - len(rewards))
+    for key in ("turns", "tool_calls"):
+        values = [s.stats[key] for s in samples if key in s.stats]
+        if values:
+            out[key] = sum(values) / len(values)
+    calls = sum(s.stats.get("tool_calls", 0) for s in samples)
+    if calls:
+        out["parallel_share"] = sum(s.stats.get("parallel_calls", 0) for s in samples) / calls
+    return out
