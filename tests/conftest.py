@@ -62,3 +62,15 @@ def smollm2_dense_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(["dense", "--out", str(out)]) == 0
     return out
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test: tiny models' matmuls are too small to share, and two
+    OpenMP threads on a busy machine spin against each other (measured 20x slower)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -99,6 +99,13 @@ def prepare(groups: list[Group], loss: LossConfig, buffer: BufferConfig, version
     return out
 
 
+def shard(batch: PreparedBatch, rank: int, world: int) -> PreparedBatch:
+    """This rank's samples (every world-th, after advantages were computed on the whole batch)."""
+    keep = range(rank, len(batch.samples), world)
+    return PreparedBatch([batch.samples[i] for i in keep], [batch.advantages[i] for i in keep],
+                         [batch.sft[i] for i in keep], dict(batch.dropped) if rank == 0 else {})
+
+
 def micro_batches(batch: PreparedBatch, micro_batch_tokens: int) -> list[MicroBatch]:
     """Rows grouped by routing presence and temperature, sorted by length, packed greedily."""
     order = sorted(

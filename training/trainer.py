@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from model.config import ModelConfig
 from model.transformer import Transformer
-from training.batch import MicroBatch, PreparedBatch, micro_batches, prepare
+from training.batch import MicroBatch, PreparedBatch, micro_batches, prepare, shard
 from training.buffer import Group
 from training.config import RLConfig, TrainModelConfig
 from training.lora import adapters_disabled, add_lora
@@ -85,31 +85,44 @@ class Trainer:
         return o.lr * min(1.0, (step + 1) / o.warmup_steps) if o.warmup_steps else o.lr
 
     def update(self, groups: list[Group], version: int) -> dict[str, float]:
-        """One optimizer step on these groups (this rank's share of them)."""
+        """One optimizer step on these groups (each rank trains its share of the samples)."""
         started = time.perf_counter()
-        cfg = self.config
-        batch = prepare(groups, cfg.loss, cfg.buffer, version)
-        counts = self._all_reduce([batch.policy_tokens, batch.sft_tokens])
-        loss_counts = LossCounts(int(counts[0]), int(counts[1]))
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(self.step)
-        self.optimizer.zero_grad(set_to_none=True)
-        sums: dict[str, float] = {}
-        tokens = 0
-        for mb in micro_batches(batch, cfg.train.micro_batch_tokens):
-            out = policy_loss(self._loss_inputs(mb), cfg.loss, loss_counts)
-            out.loss.backward()
-            tokens += mb.num_tokens
-            for name, value in out.metrics.items():
-                sums[name] = sums.get(name, 0.0) + float(value)
-        if not batch.samples and self.group is not None:
-            self._touch_all_parameters()  # FSDP: every rank must run a backward
+        metrics = self.accumulate(groups, version)
         grad_norm = self._clip()
         self.optimizer.step()
         self.step += 1
-        metrics = self._metrics(batch, sums, loss_counts) | rollout_metrics(groups)
-        metrics.update(grad_norm=grad_norm, lr=self.lr_at(self.step - 1), train_tokens=float(tokens),
+        metrics.update(grad_norm=grad_norm, lr=self.lr_at(self.step - 1),
                        update_seconds=time.perf_counter() - started)
+        return metrics
+
+    def accumulate(self, groups: list[Group], version: int) -> dict[str, float]:
+        """Zeroes the gradients and runs forward and backward over this rank's micro-batches;
+        every rank runs as many as the busiest (FSDP's collectives must pair up)."""
+        cfg = self.config
+        batch = prepare(groups, cfg.loss, cfg.buffer, version)
+        if self.group is not None:
+            batch = shard(batch, dist.get_rank(self.group), dist.get_world_size(self.group))
+        counts = self._all_reduce([batch.policy_tokens, batch.sft_tokens])
+        loss_counts = LossCounts(int(counts[0]), int(counts[1]))
+        self.optimizer.zero_grad(set_to_none=True)
+        mbs = micro_batches(batch, cfg.train.micro_batch_tokens)
+        rounds = int(self._all_reduce([len(mbs)], op=dist.ReduceOp.MAX)[0]) if self.group is not None else len(mbs)
+        # FSDP averages gradients over ranks; the loss is already a sum over the whole batch.
+        scale = dist.get_world_size(self.group) if self.group is not None else 1
+        sums: dict[str, float] = {}
+        tokens = 0
+        for mb in mbs:
+            out = policy_loss(self._loss_inputs(mb), cfg.loss, loss_counts)
+            (out.loss * scale).backward()
+            tokens += mb.num_tokens
+            for name, value in out.metrics.items():
+                sums[name] = sums.get(name, 0.0) + float(value)
+        for _ in range(rounds - len(mbs)):
+            self._empty_backward()
+        metrics = self._metrics(batch, sums, loss_counts) | rollout_metrics(groups)
+        metrics["train_tokens"] = self._all_reduce([float(tokens)])[0]
         return metrics
 
     def _loss_inputs(self, mb: MicroBatch) -> LossInputs:
@@ -143,15 +156,16 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(self.params, limit if limit > 0 else math.inf)
         return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
-    def _touch_all_parameters(self) -> None:
+    def _empty_backward(self) -> None:
+        """A forward and backward that changes no gradient (a rank with fewer micro-batches)."""
         out = self.model(torch.zeros(1, 1, dtype=torch.long, device=next(self.model.parameters()).device))
         (0.0 * out.logits.sum()).backward()
 
-    def _all_reduce(self, values: list[float]) -> list[float]:
+    def _all_reduce(self, values: list[float], op=dist.ReduceOp.SUM) -> list[float]:
         if self.group is None:
             return values
         t = torch.tensor(values, dtype=torch.float64)
-        dist.all_reduce(t, group=self.group)
+        dist.all_reduce(t, op=op, group=self.group)
         return t.tolist()
 
     # ---- metrics --------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ import pytest
 
 from training.buffer import Group, Sample, StalenessBuffer, read_journal
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def sample(reward=1.0, n=3, routing=False):
     return Sample(

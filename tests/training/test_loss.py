@@ -13,6 +13,8 @@ from training.loss import LossCounts, LossInputs, group_advantages, policy_loss,
 
 NAN = float("nan")
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def inputs(logp, *, old=None, mu=None, adv=None, mask=None, sft=None, ref=None):
     lp = torch.tensor(logp, dtype=torch.float64, requires_grad=True)

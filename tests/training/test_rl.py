@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from safetensors.torch import load_file
 
 from training.config import debug, replace_in
@@ -22,14 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WARM = 30
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # The tiny model's matmuls are too small to share: two OpenMP threads on a busy machine
-    # spin against each other (measured 20x slower).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_reward_rises_within_a_few_updates(tmp_path):
