@@ -1,17 +1,22 @@
 """From groups of samples to the trainer's micro-batches: advantages, filtering, packing.
 
     batch = prepare(groups, loss_config, buffer_config, current_version)   # advantages, filters
-    for mb in micro_batches(batch.samples, micro_batch_tokens): ...           # padded rows
+    for mb in micro_batches(batch, micro_batch_tokens): ...                # packed rows
 
-A sample's token t is predicted from position t - 1, so a row feeds tokens[:-1] and targets
-tokens[1:]; the per-target fields (mask, behaviour logprob, advantage) are shifted the same
-way. Only positions whose target carries loss get logits (`positions_BP`): the output head is
-the largest matmul per token, and prompts and tool outputs are most of an agent's tokens.
+A sample's token t is predicted from position t - 1, so a row feeds tokens[:-1] and the loss
+targets are later tokens; only positions whose target carries loss get logits (`positions_BP`):
+the output head is the largest matmul per token, and prompts and tool outputs are most of an
+agent's tokens.
 
-Rows are sorted by length and cut into micro-batches of at most `micro_batch_tokens` padded
-tokens (rows x longest row), samples with routing apart from those without (the forward
-replays routing for a whole micro-batch or not at all). Padding sits after a row's tokens, so
-causal attention never lets a real token see it.
+Prefix sharing: the samples of a group (and often of a whole batch: one system prompt) begin
+with the same prompt. A row holds that shared prefix once, then each sample's remaining tokens
+as its own segment, positions continuing from the prefix; `attention_mask` lets a token see
+the prefix and its own segment, causally. The forward computes the prompt once for the group,
+and every member's gradient still flows into it, so logprobs and gradients equal those of
+separate rows (tests/training/test_batch.py) for a fraction of the tokens. The prefix stops
+before the first position whose next token carries loss in any member (that position belongs
+to each member), and where recorded routes differ. Rows of one kind (routing or not, one
+temperature) are packed into micro-batches of at most `micro_batch_tokens` padded positions.
 
 Legend: B rows, S positions, P loss positions per row, L layers, k experts per token.
 """
@@ -51,9 +56,13 @@ class PreparedBatch:
 @dataclass
 class MicroBatch:
     input_ids_BS: torch.Tensor
-    targets_BS: torch.Tensor
+    position_ids_BS: torch.Tensor
+    """Each token's position in its own sample (rotary embeddings)."""
+    segments_BS: torch.Tensor
+    """0: the row's shared prefix; i >= 1: the row's i-th sample; -1: padding."""
     positions_BP: torch.Tensor
-    """Positions whose target carries loss (padded with 0; see `valid_BP`)."""
+    """Row positions whose next token carries loss (padded with 0; see `valid_BP`)."""
+    targets_BP: torch.Tensor
     valid_BP: torch.Tensor
     mask_BP: torch.Tensor
     sft_mask_BP: torch.Tensor
@@ -61,10 +70,12 @@ class MicroBatch:
     advantages_BP: torch.Tensor
     temperature: float
     routing_BSLk: torch.Tensor | None = None
+    shared: bool = False
+    """Some row holds more than one sample (the forward needs `attention_mask`)."""
 
     @property
     def num_tokens(self) -> int:
-        return self.input_ids_BS.numel()
+        return int((self.segments_BS >= 0).sum())
 
 
 def prepare(groups: list[Group], loss: LossConfig, buffer: BufferConfig, version: int) -> PreparedBatch:
@@ -106,63 +117,128 @@ def shard(batch: PreparedBatch, rank: int, world: int) -> PreparedBatch:
                          [batch.sft[i] for i in keep], dict(batch.dropped) if rank == 0 else {})
 
 
-def micro_batches(batch: PreparedBatch, micro_batch_tokens: int) -> list[MicroBatch]:
-    """Rows grouped by routing presence and temperature, sorted by length, packed greedily."""
-    order = sorted(
-        range(len(batch.samples)),
-        key=lambda i: (batch.samples[i].routing is None, batch.samples[i].temperature, len(batch.samples[i].tokens), i),
-    )
+def micro_batches(batch: PreparedBatch, micro_batch_tokens: int, share_prefixes: bool = True) -> list[MicroBatch]:
+    """Rows (training/batch.py docstring) packed into micro-batches of at most
+    `micro_batch_tokens` padded positions, shortest rows together."""
+    rows = plan_rows(batch, micro_batch_tokens if share_prefixes else 0)
+    rows.sort(key=lambda r: (r.kind(batch), r.length(batch), r.members[0]))
     out: list[MicroBatch] = []
-    current: list[int] = []
-    for i in order:
-        s = batch.samples[i]
+    current: list[Row] = []
+    for row in rows:
         if current:
-            head = batch.samples[current[0]]
-            longest = max(len(s.tokens), *(len(batch.samples[j].tokens) for j in current)) - 1
-            same_kind = (head.routing is None) == (s.routing is None) and head.temperature == s.temperature
-            if not same_kind or longest * (len(current) + 1) > micro_batch_tokens:
+            longest = max(row.length(batch), *(r.length(batch) for r in current))
+            if current[0].kind(batch) != row.kind(batch) or longest * (len(current) + 1) > micro_batch_tokens:
                 out.append(_build(batch, current))
                 current = []
-        current.append(i)
+        current.append(row)
     if current:
         out.append(_build(batch, current))
     return out
 
 
-def _build(batch: PreparedBatch, rows: list[int]) -> MicroBatch:
-    samples = [batch.samples[i] for i in rows]
-    S = max(len(s.tokens) for s in samples) - 1
-    B = len(samples)
-    loss_pos = [[t - 1 for t in range(1, len(s.tokens)) if s.mask[t]] for s in samples]
-    P = max(1, max(len(p) for p in loss_pos))
-    ids = torch.zeros(B, S, dtype=torch.long)
-    targets = torch.zeros(B, S, dtype=torch.long)
-    positions = torch.zeros(B, P, dtype=torch.long)
-    valid = torch.zeros(B, P, dtype=torch.bool)
-    behaviour = torch.zeros(B, P, dtype=torch.float32)
-    advantages = torch.zeros(B, P, dtype=torch.float32)
-    sft = torch.zeros(B, P, dtype=torch.bool)
-    routing = None
-    if samples[0].routing is not None:
-        L, k = samples[0].routing.shape[1:]
-        routing = torch.zeros(B, S, L, k, dtype=torch.long)
-    for b, (i, s) in enumerate(zip(rows, samples)):
-        n = len(s.tokens) - 1
-        ids[b, :n] = torch.tensor(s.tokens[:-1])
-        targets[b, :n] = torch.tensor(s.tokens[1:])
-        pos = loss_pos[b]
-        if pos:
-            positions[b, : len(pos)] = torch.tensor(pos)
-            valid[b, : len(pos)] = True
-            mu = np.asarray(s.behaviour_logprobs, dtype=np.float32)[np.asarray(pos) + 1]
-            behaviour[b, : len(pos)] = torch.from_numpy(mu)
-            advantages[b, : len(pos)] = batch.advantages[i]
-            sft[b, : len(pos)] = batch.sft[i]
-        if routing is not None:
-            routing[b, :n] = torch.from_numpy(s.routing[:-1].astype(np.int64))
-            routing[b, n:] = torch.arange(routing.shape[-1])  # padding: any distinct experts
-    return MicroBatch(
-        input_ids_BS=ids, targets_BS=targets, positions_BP=positions, valid_BP=valid,
-        mask_BP=valid & ~sft, sft_mask_BP=valid & sft, behaviour_BP=behaviour,
-        advantages_BP=advantages, temperature=samples[0].temperature, routing_BSLk=routing,
+@dataclass
+class Row:
+    """Samples that share their first `prefix` tokens, laid out as the prefix once, then each
+    sample's remaining tokens (its own segment)."""
+
+    prefix: int
+    members: list[int]
+
+    def kind(self, batch: PreparedBatch) -> tuple[bool, float]:
+        head = batch.samples[self.members[0]]
+        return head.routing is None, head.temperature
+
+    def length(self, batch: PreparedBatch) -> int:
+        return self.prefix + sum(len(batch.samples[i].tokens) - 1 - self.prefix for i in self.members)
+
+
+def _shareable(a: Sample, b: Sample) -> int:
+    """How many leading positions two samples may share: equal tokens (and routes), before
+    either's first loss token's predecessor (that position must be in each sample's own segment)."""
+    limit = min(a.mask.index(True) if True in a.mask else len(a.tokens),
+                b.mask.index(True) if True in b.mask else len(b.tokens)) - 1
+    n = 0
+    while n < limit and a.tokens[n] == b.tokens[n]:
+        n += 1
+    if n and a.routing is not None and b.routing is not None:
+        same = np.all(a.routing[:n] == b.routing[:n], axis=(1, 2))
+        n = int(np.argmin(same)) if not same.all() else n
+    return max(n, 0)
+
+
+def plan_rows(batch: PreparedBatch, budget: int) -> list[Row]:
+    """Consecutive samples of one kind join a row while its length stays within `budget`
+    (0: every sample alone); the row's prefix is what all its members share."""
+    rows: list[Row] = []
+    for i, s in enumerate(batch.samples):
+        if rows and budget:
+            row = rows[-1]
+            head = batch.samples[row.members[0]]
+            prefix = min(row.prefix if len(row.members) > 1 else len(head.tokens), _shareable(head, s))
+            grown = Row(prefix, [*row.members, i])
+            if (head.routing is None) == (s.routing is None) and head.temperature == s.temperature \
+                    and grown.length(batch) <= budget:
+                rows[-1] = grown
+                continue
+        rows.append(Row(0, [i]))
+    return rows
+
+
+def attention_mask(segments_BS: torch.Tensor) -> torch.Tensor:
+    """(B, 1, S, S) bool: a position sees earlier positions of its own segment and of the shared
+    prefix (segment 0), and itself (padding, segment -1, sees only itself: no NaN rows)."""
+    q, k = segments_BS.unsqueeze(2), segments_BS.unsqueeze(1)
+    S = segments_BS.shape[1]
+    idx = torch.arange(S, device=segments_BS.device)
+    causal = idx.view(1, S, 1) >= idx.view(1, 1, S)
+    visible = causal & (q >= 0) & (k >= 0) & ((k == 0) | (k == q))
+    return (visible | torch.eye(S, dtype=torch.bool, device=segments_BS.device)).unsqueeze(1)
+
+
+def _build(batch: PreparedBatch, rows: list[Row]) -> MicroBatch:
+    B, S = len(rows), max(r.length(batch) for r in rows)
+    P = max(1, max(sum(sum(batch.samples[i].mask[r.prefix + 1:]) for i in r.members) for r in rows))
+    head = batch.samples[rows[0].members[0]]
+    mb = MicroBatch(
+        input_ids_BS=torch.zeros(B, S, dtype=torch.long), position_ids_BS=torch.zeros(B, S, dtype=torch.long),
+        segments_BS=torch.full((B, S), -1, dtype=torch.long), positions_BP=torch.zeros(B, P, dtype=torch.long),
+        targets_BP=torch.zeros(B, P, dtype=torch.long), valid_BP=torch.zeros(B, P, dtype=torch.bool),
+        mask_BP=torch.zeros(B, P, dtype=torch.bool), sft_mask_BP=torch.zeros(B, P, dtype=torch.bool),
+        behaviour_BP=torch.zeros(B, P), advantages_BP=torch.zeros(B, P), temperature=head.temperature,
+        routing_BSLk=None if head.routing is None else torch.zeros(B, S, *head.routing.shape[1:], dtype=torch.long),
+        shared=any(len(r.members) > 1 for r in rows),
     )
+    for b, row in enumerate(rows):
+        _fill_row(mb, b, row, batch)
+    return mb
+
+
+def _fill_row(mb: MicroBatch, b: int, row: Row, batch: PreparedBatch) -> None:
+    first = batch.samples[row.members[0]]
+    n0 = row.prefix
+    mb.input_ids_BS[b, :n0] = torch.tensor(first.tokens[:n0], dtype=torch.long)
+    mb.position_ids_BS[b, :n0] = torch.arange(n0)
+    mb.segments_BS[b, :n0] = 0
+    if mb.routing_BSLk is not None:
+        mb.routing_BSLk[b, :n0] = torch.from_numpy(first.routing[:n0].astype(np.int64))
+        mb.routing_BSLk[b, row.length(batch):] = torch.arange(mb.routing_BSLk.shape[-1])  # any distinct
+    at, p = n0, 0
+    for segment, i in enumerate(row.members, start=1):
+        s = batch.samples[i]
+        n = len(s.tokens) - 1 - n0  # this sample's inputs after the prefix
+        mb.input_ids_BS[b, at:at + n] = torch.tensor(s.tokens[n0:-1], dtype=torch.long)
+        mb.position_ids_BS[b, at:at + n] = torch.arange(n0, n0 + n)
+        mb.segments_BS[b, at:at + n] = segment
+        if mb.routing_BSLk is not None:
+            mb.routing_BSLk[b, at:at + n] = torch.from_numpy(s.routing[n0:-1].astype(np.int64))
+        targets = [t for t in range(n0 + 1, len(s.tokens)) if s.mask[t]]
+        k = len(targets)
+        if k:
+            t = torch.tensor(targets)
+            mb.positions_BP[b, p:p + k] = at + t - 1 - n0
+            mb.targets_BP[b, p:p + k] = torch.tensor([s.tokens[j] for j in targets])
+            mb.behaviour_BP[b, p:p + k] = torch.tensor([s.behaviour_logprobs[j] for j in targets], dtype=torch.float32)
+            mb.advantages_BP[b, p:p + k] = batch.advantages[i]
+            mb.valid_BP[b, p:p + k] = True
+            (mb.sft_mask_BP if batch.sft[i] else mb.mask_BP)[b, p:p + k] = True
+        at, p = at + n, p + k

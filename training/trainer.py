@@ -107,7 +107,7 @@ class Trainer:
         counts = self._all_reduce([batch.policy_tokens, batch.sft_tokens])
         loss_counts = LossCounts(int(counts[0]), int(counts[1]))
         self.optimizer.zero_grad(set_to_none=True)
-        mbs = micro_batches(batch, cfg.train.micro_batch_tokens)
+        mbs = micro_batches(batch, cfg.train.micro_batch_tokens, share_prefixes=False)
         rounds = int(self._all_reduce([len(mbs)], op=dist.ReduceOp.MAX)[0]) if self.group is not None else len(mbs)
         # FSDP averages gradients over ranks; the loss is already a sum over the whole batch.
         scale = dist.get_world_size(self.group) if self.group is not None else 1
@@ -147,9 +147,9 @@ class Trainer:
         autocast = (torch.autocast(device.type, dtype=torch.bfloat16)
                     if self.config.model.autocast_bf16 else nullcontext())
         with autocast:
-            out = model(mb.input_ids_BS.to(device), logits_at=mb.positions_BP.to(device))
-        targets = mb.targets_BS.to(device).gather(1, mb.positions_BP.to(device))
-        return selected_logprobs(out.logits, targets, mb.temperature)
+            out = model(mb.input_ids_BS.to(device), positions_BS=mb.position_ids_BS.to(device),
+                        logits_at=mb.positions_BP.to(device))
+        return selected_logprobs(out.logits, mb.targets_BP.to(device), mb.temperature)
 
     def _clip(self) -> float:
         limit = self.config.optim.max_grad_norm

@@ -1,0 +1,82 @@
+"""From groups to micro-batches (training/batch.py): filters, advantages, shared-prefix rows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from training.batch import attention_mask, micro_batches, plan_rows, prepare
+from training.buffer import Group, Sample
+from training.config import BufferConfig, LossConfig
+
+NAN = math.nan
+
+
+def sample(tokens, first_policy, reward=1.0, off=False, version=20, routing=None):
+    n = len(tokens)
+    return Sample(tokens=list(tokens), mask=[False] * first_policy + [True] * (n - first_policy),
+                  behaviour_logprobs=[NAN if off else -0.1 * t for t in range(n)], reward=reward,
+                  off_policy=off, weight_version=version, routing=routing)
+
+
+def test_prepare_filters_and_assigns_group_advantages():
+    groups = [
+        Group(0, 0, [sample([1, 2, 3], 1, 1.0), sample([1, 2, 4], 1, 0.0), sample([1, 5], 1, NAN)]),
+        Group(1, 0, [sample([1, 2], 1, 1.0), sample([1, 3], 1, 1.0)]),  # all equal: no signal
+        Group(2, 0, [sample([7, 8], 1, 1.0, off=True), sample([7, 9], 1, 0.0, off=True)]),
+        Group(3, 0, [sample([1, 2], 1, 1.0, version=0), sample([1, 3], 1, 0.0, version=20)]),
+    ]
+    batch = prepare(groups, LossConfig(), BufferConfig(max_policy_age=8), version=20)
+    assert batch.advantages[:2] == [0.5, -0.5]
+    # The stale sample of group 3 (20 versions old) is imitated, not weighted; its fresh sibling
+    # is alone in its group: no baseline, advantage 0, dropped with the all-equal group 1.
+    assert batch.dropped == {"masked_reward": 1, "zero_advantage": 3, "off_policy_below_reward": 1}
+    assert batch.sft == [False, False, True, True]
+    assert batch.samples[2].tokens == [7, 8] and batch.samples[3].tokens == [1, 2]
+    assert batch.policy_tokens == 4 and batch.sft_tokens == 2
+
+
+def test_rows_share_the_prompt_once_and_map_every_target_back():
+    prompt = [5, 6, 7, 8, 9]
+    a, b, c = sample(prompt + [1, 2, 3], 5), sample(prompt + [4, 4], 5), sample([5, 6, 1, 2], 2)
+    batch = prepare([Group(0, 0, [a, b]), Group(1, 0, [c])], LossConfig(), BufferConfig(drop_zero_advantage=False), 20)
+    rows = plan_rows(batch, budget=100)
+    # The prefix stops before the position that predicts the first completion token (index 4);
+    # c shares only [5, 6] with the others and its own loss starts at index 2: prefix 1.
+    assert [(r.prefix, r.members) for r in rows] == [(1, [0, 1, 2])]
+    assert [(r.prefix, r.members) for r in plan_rows(batch, budget=12)] == [(4, [0, 1]), (0, [2])]
+    [mb] = micro_batches(batch, 100)
+    assert mb.shared and mb.num_tokens == 1 + 6 + 5 + 2
+    for b in range(mb.input_ids_BS.shape[0]):
+        for p in range(mb.positions_BP.shape[1]):
+            if not mb.valid_BP[b, p]:
+                continue
+            pos = int(mb.positions_BP[b, p])
+            seg = int(mb.segments_BS[b, pos])
+            s = batch.samples[seg - 1] if seg > 0 else None
+            t = int(mb.position_ids_BS[b, pos]) + 1  # the target's index in its sample
+            assert s.tokens[t] == int(mb.targets_BP[b, p]) and s.tokens[t - 1] == int(mb.input_ids_BS[b, pos])
+            assert mb.behaviour_BP[b, p].item() == pytest.approx(-0.1 * t)
+    assert int(mb.valid_BP.sum()) == batch.policy_tokens == 3 + 2 + 2
+
+
+def test_attention_mask_sees_the_prefix_and_its_own_segment_only():
+    seg = torch.tensor([[0, 0, 1, 1, 2, 2, -1]])
+    m = attention_mask(seg)[0, 0]
+    assert m[3].tolist() == [True, True, True, True, False, False, False]
+    assert m[4].tolist() == [True, True, False, False, True, False, False]
+    assert m[6].tolist() == [False] * 6 + [True]  # padding sees itself: no empty softmax rows
+    assert not m[1, 2]  # the prefix never sees a branch
+
+
+def test_different_routes_end_the_shared_prefix():
+    r1 = np.zeros((6, 2, 2), dtype=np.uint8)
+    r2 = r1.copy()
+    r2[2, 1, 0] = 3
+    prompt = [5, 6, 7, 8, 9]
+    batch = prepare([Group(0, 0, [sample(prompt + [1], 5, routing=r1), sample(prompt + [2], 5, 0.0, routing=r2)])],
+                    LossConfig(), BufferConfig(), 20)
+    assert plan_rows(batch, budget=100)[0].prefix == 2
