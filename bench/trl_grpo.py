@@ -15,10 +15,12 @@ loss_type "dapo" (token-level normalisation), beta 0, clip 0.2/0.28, one generat
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 
 def _trainer(spec: dict, prompts: list[str], steps: int):
@@ -88,24 +90,23 @@ def e2e_phase(spec: dict) -> dict:
     trainer, stamps = _trainer(spec, spec["prompts"], steps=steps)
     started = time.perf_counter()
     trainer.train()
-    per_step = [b - a for a, b in zip(stamps, stamps[1:])]
+    per_step = [b - a for a, b in itertools.pairwise(stamps)]
     return {"e2e_seconds_per_step": statistics.median(per_step) if per_step else stamps[0] - started,
             "e2e_first_step_seconds": stamps[0] - started}
 
 
 def main(spec_path: str, out_path: str) -> None:
     import torch
-
     import trl
 
-    spec = json.loads(open(spec_path).read())
+    spec = json.loads(Path(spec_path).read_text())
     torch.set_num_threads(spec["threads"])
     result = {"trl": trl.__version__, "torch": torch.__version__}
     if "update" in spec["phases"]:
         result |= update_phase(spec)
     if "e2e" in spec["phases"]:
         result |= e2e_phase(spec)
-    open(out_path, "w").write(json.dumps(result, indent=2))
+    Path(out_path).write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

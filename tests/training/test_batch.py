@@ -41,7 +41,7 @@ def test_prepare_filters_and_assigns_group_advantages():
 
 def test_rows_share_the_prompt_once_and_map_every_target_back():
     prompt = [5, 6, 7, 8, 9]
-    a, b, c = sample(prompt + [1, 2, 3], 5), sample(prompt + [4, 4], 5), sample([5, 6, 1, 2], 2)
+    a, b, c = sample([*prompt, 1, 2, 3], 5), sample([*prompt, 4, 4], 5), sample([5, 6, 1, 2], 2)
     batch = prepare([Group(0, 0, [a, b]), Group(1, 0, [c])], LossConfig(), BufferConfig(drop_zero_advantage=False), 20)
     rows = plan_rows(batch, budget=100)
     # The prefix stops before the position that predicts the first completion token (index 4);
