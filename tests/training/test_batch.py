@@ -77,6 +77,6 @@ def test_different_routes_end_the_shared_prefix():
     r2 = r1.copy()
     r2[2, 1, 0] = 3
     prompt = [5, 6, 7, 8, 9]
-    batch = prepare([Group(0, 0, [sample(prompt + [1], 5, routing=r1), sample(prompt + [2], 5, 0.0, routing=r2)])],
+    batch = prepare([Group(0, 0, [sample([*prompt, 1], 5, routing=r1), sample([*prompt, 2], 5, 0.0, routing=r2)])],
                     LossConfig(), BufferConfig(), 20)
     assert plan_rows(batch, budget=100)[0].prefix == 2
