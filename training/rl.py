@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from training.buffer import Group, StalenessBuffer
-from training.checkpoint import Checkpointer, export_model
+from training.checkpoint import Checkpointer, export_model, full_tensors
 from training.config import PRESETS, RLConfig
 from training.lora import save_adapter
 from training.metrics import RunLog, plot_run
@@ -77,9 +77,8 @@ def setup(config: RLConfig) -> Run:
         config.rollout.tasks_per_step, config.buffer.max_offpolicy_steps,
         journal=run_dir / "groups.jsonl", **extra.get("buffer", {}),
     )
-    source = make_source(config, tokenizer, trainer.model)
-    if trainer.step:
-        asyncio.run(source.sync(trainer.model, trainer.step))
+    source = make_source(config, tokenizer, trainer.model.config)
+    asyncio.run(source.sync(full_tensors(trainer.model), trainer.step))
     log = RunLog(run_dir, start_step=trainer.step)
     return Run(config, run_dir, trainer, tokenizer, source, buffer, checkpoints, log)
 
@@ -110,7 +109,7 @@ def warm_start(run: Run, progress) -> None:
         batch = (demos + demos)[start : start + min(size, len(demos))]
         metrics = run.trainer.update([Group(-1, -1, batch)], run.trainer.step)
         _after_update(run, metrics, progress)
-    asyncio.run(run.source.sync(run.trainer.model, run.trainer.step))
+    asyncio.run(run.source.sync(full_tensors(run.trainer.model), run.trainer.step))
 
 
 def demonstrations(run: Run) -> list:
@@ -163,7 +162,7 @@ async def reinforce(run: Run, progress) -> None:
             groups = take.result()
             metrics = await asyncio.to_thread(run.trainer.update, groups, run.trainer.step)
             metrics["staleness"] = sum(run.buffer.version - g.version for g in groups) / len(groups)
-            await run.source.sync(run.trainer.model, run.trainer.step)
+            await run.source.sync(full_tensors(run.trainer.model), run.trainer.step)
             run.buffer.advance(groups)
             metrics["dropped_stale_total"] = float(run.buffer.dropped_stale)
             wake.set()
@@ -222,9 +221,7 @@ def train(config: RLConfig) -> Run:
     finally:
         if progress is not None:
             progress.close()
-        close = getattr(run.source, "close", None)
-        if close is not None:
-            close()
+        run.source.close()
     return run
 
 

@@ -3,18 +3,21 @@ seeds, fixed by the job number) with the weights it holds and returns a `Group`;
 new weights. The loop (training/rl.py) only sees this protocol, so in-process engines and Ray
 actors are the same code path to it.
 
-    source = make_source(config, tokenizer, model)
-    group = await source.run(job=7, version=3)
-    await source.sync(trainer.model, version=4)
+    source = make_source(config, tokenizer, model.config)
+    await source.sync(full_tensors(trainer.model), version=0)
+    group = await source.run(job=7, version=0)
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
 
+from model.config import ModelConfig
 from model.engine import Engine
 from model.transformer import Transformer
 from training.buffer import Group
@@ -23,19 +26,25 @@ from training.weights import push_to_engine, supports_live_load
 
 
 class RolloutSource(Protocol):
-    async def run(self, job: int, version: int) -> Group: ...
+    async def run(self, job: int, version: int) -> Group:
+        """Job `job` sampled with the weights of `version` (the last `sync`)."""
+        ...
 
-    async def sync(self, model: torch.nn.Module, version: int) -> None: ...
+    async def sync(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        """New weights (HF names, merged and gathered: training.checkpoint.full_tensors)."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class ToySource:
-    """training/toy.py's task on an in-process engine of the trainer's architecture (fp32)."""
+    """training/toy.py's task on an in-process engine (fp32) of the given architecture; its
+    weights arrive by `sync`."""
 
-    def __init__(self, config: RLConfig, tokenizer, model: Transformer) -> None:
+    def __init__(self, config: RLConfig, tokenizer, model_config: ModelConfig) -> None:
         self.config = config
-        replica = Transformer(model.config).to(next(model.parameters()).dtype)
-        self.engine = Engine(replica, tokenizer, max_batch=config.rollout.group_size, max_seq_len=1024)
-        push_to_engine(self.engine, model, version=0)
+        self.engine = Engine(Transformer(model_config), tokenizer, max_batch=config.rollout.group_size,
+                             max_seq_len=min(1024, model_config.max_position_embeddings))
 
     async def run(self, job: int, version: int) -> Group:
         from training.toy import toy_rollout
@@ -45,19 +54,77 @@ class ToySource:
             toy_rollout, self.engine, job, r.group_size, version, r, self.config.train.seed
         )
 
-    async def sync(self, model: torch.nn.Module, version: int) -> None:
-        await asyncio.to_thread(push_to_engine, self.engine, model, version)
+    async def sync(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        await asyncio.to_thread(push_to_engine, self.engine, weights, version)
 
     def close(self) -> None:
         self.engine.close()
 
 
-def make_source(config: RLConfig, tokenizer, model: Transformer) -> RolloutSource:
-    if config.buffer.max_offpolicy_steps > 0 and config.rollout.backend == "engine" and not supports_live_load(Engine):
+class _SourceActor:
+    """A source inside a Ray actor (async methods: one actor runs several jobs at once)."""
+
+    def __init__(self, factory: Callable[[], RolloutSource]) -> None:
+        self.source = factory()
+
+    async def run(self, job: int, version: int) -> Group:
+        return await self.source.run(job, version)
+
+    async def sync(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        await self.source.sync(weights, version)
+
+
+class RaySource:
+    """`actors` copies of a source (each with its own engine and environments) as Ray actors,
+    placed by Ray on this machine or a cluster (`address`); jobs go to the actor with the fewest
+    running, weights to all of them through the object store (one copy per node). The loop
+    sees the same protocol as an in-process source."""
+
+    def __init__(self, factory: Callable[[], RolloutSource], actors: int = 1, cpus_per_actor: float = 1.0,
+                 address: str | None = None) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        remote = ray.remote(num_cpus=cpus_per_actor)(_SourceActor)
+        self.actors = [remote.remote(factory) for _ in range(actors)]
+        self.busy = [0] * actors
+
+    async def run(self, job: int, version: int) -> Group:
+        i = self.busy.index(min(self.busy))
+        self.busy[i] += 1
+        try:
+            return await self.actors[i].run.remote(job, version)
+        finally:
+            self.busy[i] -= 1
+
+    async def sync(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        import ray
+
+        ref = ray.put(weights)
+        await asyncio.gather(*(actor.sync.remote(ref, version) for actor in self.actors))
+
+    def close(self) -> None:
+        import ray
+
+        for actor in self.actors:
+            ray.kill(actor)
+
+
+def make_source(config: RLConfig, tokenizer, model_config: ModelConfig) -> RolloutSource:
+    """The configured task set on the configured backend ("engine": in this process; "ray":
+    `rollout.workers` actors)."""
+    r = config.rollout
+    if config.buffer.max_offpolicy_steps > 0 and r.backend == "engine" and not supports_live_load(Engine):
         raise ValueError(
-                "asynchronous rollouts (max_offpolicy_steps > 0) need Engine.load_weights to swap "
-                "weights under running requests; use max_offpolicy_steps=0"
-            )
-    if config.rollout.tasks == "toy":
-        return ToySource(config, tokenizer, model)
-    raise ValueError(f"unknown task set {config.rollout.tasks!r}; this build knows: toy")
+            "asynchronous rollouts (max_offpolicy_steps > 0) need Engine.load_weights to swap "
+            "weights under running requests; use max_offpolicy_steps=0"
+        )
+    if r.tasks != "toy":
+        raise ValueError(f"unknown task set {r.tasks!r}; this build knows: toy")
+    factory = functools.partial(ToySource, config, tokenizer, model_config)
+    if r.backend == "ray":
+        return RaySource(factory, actors=r.workers)
+    if r.backend == "engine":
+        return factory()
+    raise ValueError(f"rollout backend {r.backend!r} does not run task set {r.tasks!r}")
