@@ -41,9 +41,14 @@ def full_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def export_model(model: torch.nn.Module, tokenizer, directory: Path, dtype: torch.dtype = torch.float32) -> Path:
-    """The merged model as an HF-layout directory (what the engine, transformers and vLLM load)."""
-    return save_checkpoint(directory, model.config, full_tensors(model), tokenizer, dtype=dtype)
+def export_model(model: torch.nn.Module, tokenizer, directory: Path, dtype: torch.dtype = torch.float32,
+                 write: bool = True) -> Path:
+    """The merged model as an HF-layout directory (what the engine, transformers and vLLM load).
+    Under FSDP every rank calls it (the gather) and one writes (`write`)."""
+    tensors = full_tensors(model)
+    if write:
+        save_checkpoint(directory, model.config, tensors, tokenizer, dtype=dtype)
+    return directory
 
 
 class Checkpointer:
@@ -67,7 +72,8 @@ class Checkpointer:
     def save(self, step: int, trainer, tokenizer, extra: dict | None = None) -> Path | None:
         model = trainer.model
         lora = any(True for _ in lora_modules(model))
-        tensors = None if lora else full_tensors(model)  # every rank takes part in the gather
+        tensors = None if lora else full_tensors(model)  # every rank takes part in the gathers
+        trainer_state = trainer.state_dict()
         if not self.is_writer:
             return None
         final = self.directory / f"step_{step:06d}"
@@ -78,7 +84,7 @@ class Checkpointer:
             save_adapter(model, tmp / "adapter", step=step)
         else:
             save_checkpoint(tmp / "model", model.config, tensors, tokenizer)
-        state = {"trainer": trainer.state_dict(), "extra": extra or {}, "rng": _rng_state()}
+        state = {"trainer": trainer_state, "extra": extra or {}, "rng": _rng_state()}
         torch.save(state, tmp / "trainer.pt")
         _fsync_tree(tmp)
         shutil.rmtree(final, ignore_errors=True)
@@ -89,9 +95,9 @@ class Checkpointer:
         self._prune(final)
         return final
 
-    def load(self, path: Path, trainer) -> dict:
-        """Restores weights, optimizer, step and RNG states; returns the saved `extra`."""
-        model = trainer.model
+    def load_weights(self, path: Path, model: torch.nn.Module) -> None:
+        """The checkpoint's weights into `model`: the adapter into its LoRA factors, or the full
+        weights (before FSDP shards the model: every rank reads the same files)."""
         if (path / "adapter").is_dir():
             from safetensors.torch import load_file
 
@@ -102,10 +108,18 @@ class Checkpointer:
                     delta.lora_B.copy_(tensors[f"{name}.lora_B"])
         else:
             load_hf_state_dict(model, load_state_dict(path / "model"), source=str(path / "model"))
+
+    def load_state(self, path: Path, trainer) -> dict:
+        """Optimizer, step and RNG states; returns the saved `extra`."""
         state = torch.load(path / "trainer.pt", weights_only=False)
         trainer.load_state_dict(state["trainer"])
         _set_rng_state(state["rng"])
         return state["extra"]
+
+    def load(self, path: Path, trainer) -> dict:
+        """Both, for one process."""
+        self.load_weights(path, trainer.model)
+        return self.load_state(path, trainer)
 
     def _prune(self, newest: Path) -> None:
         done = sorted(p for p in self.directory.glob("step_*") if p.is_dir() and not p.name.endswith(".tmp"))

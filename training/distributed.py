@@ -58,10 +58,10 @@ def shard_model(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def broadcast_groups(groups: list[Group] | None, group: dist.ProcessGroup | None) -> list[Group]:
-    """Rank 0's groups on every rank (pickled through the process group)."""
+def broadcast_groups(groups: list[Group] | None, group: dist.ProcessGroup | None) -> list[Group] | None:
+    """Rank 0's groups (None: the run is over) on every rank, pickled through the process group;
+    without one, `groups` as they are."""
     if group is None:
-        assert groups is not None
         return groups
     box = [groups if dist.get_rank(group) == 0 else None]
     dist.broadcast_object_list(box, src=0, group=group)

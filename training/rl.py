@@ -21,14 +21,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from training.buffer import Group, StalenessBuffer
 from training.checkpoint import Checkpointer, export_model, full_tensors
 from training.config import PRESETS, RLConfig
+from training.distributed import broadcast_groups, init_from_env, shard_model
 from training.lora import save_adapter
 from training.metrics import RunLog, plot_run
 from training.rollout import RolloutSource, make_source
@@ -37,16 +40,22 @@ from training.trainer import Trainer, load_policy, resolve_model_path
 
 @dataclasses.dataclass
 class Run:
-    """Everything one run holds, built by `setup`."""
+    """Everything one run holds, built by `setup`. Under torchrun only rank 0 has a source, a
+    buffer and a log; every rank trains."""
 
     config: RLConfig
     dir: Path
     trainer: Trainer
     tokenizer: object
-    source: RolloutSource
-    buffer: StalenessBuffer
     checkpoints: Checkpointer
-    log: RunLog
+    source: RolloutSource | None = None
+    buffer: StalenessBuffer | None = None
+    log: RunLog | None = None
+    group: dist.ProcessGroup | None = None
+
+    @property
+    def leader(self) -> bool:
+        return self.group is None or dist.get_rank(self.group) == 0
 
 
 def load_tokenizer(config: RLConfig):
@@ -61,26 +70,49 @@ def load_tokenizer(config: RLConfig):
 
 
 def setup(config: RLConfig) -> Run:
+    """Builds the run, resuming from the latest checkpoint. Under torchrun (WORLD_SIZE > 1) the
+    model is sharded with FSDP2 after the checkpoint's full weights are loaded."""
+    group = init_from_env()
+    leader = group is None or dist.get_rank(group) == 0
     run_dir = Path(config.checkpoint.dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    _record_config(run_dir, config)
+    if leader:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _record_config(run_dir, config)
     torch.manual_seed(config.train.seed)
     tokenizer = load_tokenizer(config)
     model = load_policy(config.model, config.train.seed, vocab_size=tokenizer.vocab_size)
-    trainer = Trainer(config, model)
-    checkpoints = Checkpointer(run_dir / "checkpoints", keep=config.checkpoint.keep)
-    extra: dict = {}
+    model = model.to(_device(config.train.device))
+    checkpoints = Checkpointer(run_dir / "checkpoints", keep=config.checkpoint.keep, is_writer=leader)
     latest = checkpoints.latest() if config.checkpoint.resume else None
+    if group is not None:
+        if config.model.lora_rank:
+            raise ValueError("LoRA is not supported under torchrun (FSDP2); train the full model or use one process")
+        if latest is not None:
+            checkpoints.load_weights(latest, model)
+        shard_model(model)
+    trainer = Trainer(config, model, group)
+    extra: dict = {}
     if latest is not None:
-        extra = checkpoints.load(latest, trainer)
-    buffer = StalenessBuffer(
-        config.rollout.tasks_per_step, config.buffer.max_offpolicy_steps,
-        journal=run_dir / "groups.jsonl", **extra.get("buffer", {}),
-    )
-    source = make_source(config, tokenizer, trainer.model.config)
-    asyncio.run(source.sync(full_tensors(trainer.model), trainer.step))
-    log = RunLog(run_dir, start_step=trainer.step)
-    return Run(config, run_dir, trainer, tokenizer, source, buffer, checkpoints, log)
+        if group is None:
+            checkpoints.load_weights(latest, trainer.model)
+        extra = checkpoints.load_state(latest, trainer)
+    run = Run(config, run_dir, trainer, tokenizer, checkpoints, group=group)
+    weights = full_tensors(trainer.model)  # a collective: every rank
+    if leader:
+        run.buffer = StalenessBuffer(
+            config.rollout.tasks_per_step, config.buffer.max_offpolicy_steps,
+            journal=run_dir / "groups.jsonl", **extra.get("buffer", {}),
+        )
+        run.source = make_source(config, tokenizer, model.config)
+        asyncio.run(run.source.sync(weights, trainer.step))
+        run.log = RunLog(run_dir, start_step=trainer.step)
+    return run
+
+
+def _device(name: str) -> torch.device:
+    if name == "cuda" and dist.is_initialized():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device(name)
 
 
 def _record_config(run_dir: Path, config: RLConfig) -> None:
@@ -109,7 +141,9 @@ def warm_start(run: Run, progress) -> None:
         batch = (demos + demos)[start : start + min(size, len(demos))]
         metrics = run.trainer.update([Group(-1, -1, batch)], run.trainer.step)
         _after_update(run, metrics, progress)
-    asyncio.run(run.source.sync(full_tensors(run.trainer.model), run.trainer.step))
+    weights = full_tensors(run.trainer.model)
+    if run.leader:
+        asyncio.run(run.source.sync(weights, run.trainer.step))
 
 
 def demonstrations(run: Run) -> list:
@@ -159,10 +193,11 @@ async def reinforce(run: Run, progress) -> None:
                 if failures:
                     take.cancel()
                     raise failures[0]
-            groups = take.result()
+            groups = broadcast_groups(take.result(), run.group)
             metrics = await asyncio.to_thread(run.trainer.update, groups, run.trainer.step)
             metrics["staleness"] = sum(run.buffer.version - g.version for g in groups) / len(groups)
-            await run.source.sync(full_tensors(run.trainer.model), run.trainer.step)
+            weights = await asyncio.to_thread(full_tensors, run.trainer.model)
+            await run.source.sync(weights, run.trainer.step)
             run.buffer.advance(groups)
             metrics["dropped_stale_total"] = float(run.buffer.dropped_stale)
             wake.set()
@@ -171,6 +206,16 @@ async def reinforce(run: Run, progress) -> None:
         producer.cancel()
         for task in list(running):
             task.cancel()
+        if run.group is not None:
+            broadcast_groups(None, run.group)  # the other ranks stop following
+
+
+def follow(run: Run) -> None:
+    """A rank other than 0 in the RL phase: rank 0's groups, the same update, the same gathers."""
+    while (groups := broadcast_groups(None, run.group)) is not None:
+        metrics = run.trainer.update(groups, run.trainer.step)
+        full_tensors(run.trainer.model)
+        _after_update(run, metrics, None)
 
 
 async def _run_job(run: Run, job: int) -> Group:
@@ -184,24 +229,34 @@ async def _run_job(run: Run, job: int) -> Group:
 
 def _after_update(run: Run, metrics: dict[str, float], progress) -> None:
     step = run.trainer.step
-    run.log.write(step, metrics)
+    if run.log is not None:
+        run.log.write(step, metrics)
     if progress is not None:
         progress.update(1)
         progress.set_postfix(reward=f"{metrics.get('reward', float('nan')):.3f}")
     if step % run.config.checkpoint.every == 0:
-        run.checkpoints.save(step, run.trainer, run.tokenizer, extra={"buffer": run.buffer.state()})
+        _checkpoint(run)
+
+
+def _checkpoint(run: Run) -> None:
+    """Every rank calls it (the gathers); rank 0 writes, with the buffer's state."""
+    extra = {"buffer": run.buffer.state()} if run.buffer is not None else None
+    run.checkpoints.save(run.trainer.step, run.trainer, run.tokenizer, extra=extra)
 
 
 def finish(run: Run) -> Path:
     """The last checkpoint, the merged model (`final/`, plus `final/adapter` for LoRA) and the plot."""
     step = run.trainer.step
-    if run.checkpoints.latest() is None or run.checkpoints.latest().name != f"step_{step:06d}":
-        run.checkpoints.save(step, run.trainer, run.tokenizer, extra={"buffer": run.buffer.state()})
-    final = export_model(run.trainer.model, run.tokenizer, run.dir / "final")
-    if run.config.model.lora_rank:
-        save_adapter(run.trainer.model, final / "adapter", base=run.config.model.path, step=step)
-    plot_run(run.dir / "metrics.jsonl", run.dir / "plot.png", title=str(run.dir))
-    run.log.close()
+    latest = run.checkpoints.latest()
+    if latest is None or latest.name != f"step_{step:06d}":
+        _checkpoint(run)
+    final = run.dir / "final"
+    export_model(run.trainer.model, run.tokenizer, final, write=run.leader)
+    if run.leader:
+        if run.config.model.lora_rank:
+            save_adapter(run.trainer.model, final / "adapter", base=run.config.model.path, step=step)
+        plot_run(run.dir / "metrics.jsonl", run.dir / "plot.png", title=str(run.dir))
+        run.log.close()
     return final
 
 
@@ -210,18 +265,22 @@ def train(config: RLConfig) -> Run:
     run = setup(config)
     total = config.train.warm_start_steps + config.train.steps
     progress = None
-    if config.progress:
+    if config.progress and run.leader:
         from tqdm import tqdm
 
         progress = tqdm(total=total, initial=run.trainer.step, desc="training.rl", unit="update")
     try:
         warm_start(run, progress)
-        asyncio.run(reinforce(run, progress))
+        if run.leader:
+            asyncio.run(reinforce(run, progress))
+        else:
+            follow(run)
         finish(run)
     finally:
         if progress is not None:
             progress.close()
-        run.source.close()
+        if run.source is not None:
+            run.source.close()
     return run
 
 
@@ -246,6 +305,8 @@ def parse_args(argv: list[str] | None = None) -> RLConfig:
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
     run = train(config)
+    if not run.leader:
+        return 0
     print(json.dumps({"run": str(run.dir), "steps": run.trainer.step, "final": str(run.dir / "final"),
                       "plot": str(run.dir / "plot.png")}))
     return 0

@@ -172,24 +172,39 @@ class Trainer:
 
     def _metrics(self, batch: PreparedBatch, sums: dict[str, float], counts: LossCounts) -> dict[str, float]:
         names = sorted(METRIC_COUNTS)
-        totals = self._all_reduce([sums.get(n, 0.0) for n in names])
+        *totals, samples = self._all_reduce([*(sums.get(n, 0.0) for n in names), float(len(batch.samples))])
         out = {}
         for name, total in zip(names, totals):
             denominator = getattr(counts, METRIC_COUNTS[name])
             if denominator:
                 out[name] = total / denominator
-        out.update({f"dropped_{k}": float(v) for k, v in batch.dropped.items()}, samples=float(len(batch.samples)))
+        out.update({f"dropped_{k}": float(v) for k, v in batch.dropped.items()}, samples=samples)
         out.update(policy_tokens=float(counts.policy_tokens), sft_tokens=float(counts.sft_tokens))
         return out
 
     # ---- state ----------------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        return {"step": self.step, "optimizer": self.optimizer.state_dict()}
+        """The step and the optimizer's full state (gathered across ranks under FSDP: every rank
+        must call this)."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=self.group is not None)
+        return {"step": self.step, "optimizer": get_optimizer_state_dict(self.model, self.optimizer, options=options)}
 
     def load_state_dict(self, state: dict) -> None:
+        """Every rank loads the full state; FSDP keeps its shard of it."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_optimizer_state_dict,
+        )
+
         self.step = state["step"]
-        self.optimizer.load_state_dict(state["optimizer"])
+        set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"],
+                                 options=StateDictOptions(full_state_dict=True))
 
 
 def rollout_metrics(groups: list[Group]) -> dict[str, float]:
