@@ -1,8 +1,15 @@
-"""Model configuration: one frozen dataclass for the Mixtral-shaped MoE (and dense Llama as its
-one-expert case), its Hugging Face `config.json` mapping, and presets.
+"""Model configuration: one frozen dataclass for the MoE decoder, its Hugging Face `config.json`
+mapping for each family it reads and writes, and presets.
 
-A dense Llama checkpoint is the MoE with `num_experts=1, top_k=1`: the router then always picks
-the one expert with weight 1.0, which is exactly the dense SwiGLU FFN.
+Families (`family`):
+- "mixtral": Mixtral (`MixtralForCausalLM`); a dense Llama checkpoint is its one-expert case
+  (`num_experts=1, top_k=1`: the router always picks the one expert with weight 1.0, which is
+  exactly the dense SwiGLU FFN). composer-mini is one.
+- "qwen3_moe": Qwen3-MoE (`Qwen3MoeForCausalLM`): Mixtral's block plus an RMSNorm over each
+  query and key head before the rotary embedding (`qk_norm`), and `norm_topk_prob`: whether the
+  chosen experts' softmax weights are renormalised to sum to 1 (Mixtral always does). Every layer
+  must be sparse (`decoder_sparse_step` 1, no `mlp_only_layers`), as in the released Qwen3-MoE
+  models; the expert width is `moe_intermediate_size`.
 
     from model.config import ModelConfig
     cfg = ModelConfig.debug()            # tiny, random-weight tests
@@ -19,6 +26,8 @@ from typing import Any
 
 MIXTRAL = "MixtralForCausalLM"
 LLAMA = "LlamaForCausalLM"
+QWEN3_MOE = "Qwen3MoeForCausalLM"
+FAMILIES = ("mixtral", "qwen3_moe")
 EXPERT_MATMULS = ("bf16", "mxfp8")
 
 
@@ -41,7 +50,12 @@ class ModelConfig:
     num_experts: int = 8
     """Routed experts per layer (E); 1 means a dense Llama FFN."""
     top_k: int = 2
-    """Experts each token is routed to; the chosen experts' softmax weights are renormalised."""
+    """Experts each token is routed to."""
+    family: str = "mixtral"
+    """The Hugging Face architecture family (module docstring): "mixtral" or "qwen3_moe"."""
+    norm_topk_prob: bool = True
+    """Whether the chosen experts' softmax weights are renormalised to sum to 1 (always for
+    Mixtral; a config field for Qwen3-MoE). Routing replay follows the same rule."""
     rope_theta: float = 10000.0
     """Base of the rotary position embedding's frequencies."""
     rms_norm_eps: float = 1e-5
@@ -83,6 +97,12 @@ class ModelConfig:
                 f"expert_matmul='mxfp8' needs hidden_size ({self.hidden_size}) and intermediate_size "
                 f"({self.intermediate_size}) divisible by 32"
             )
+        if self.family not in FAMILIES:
+            raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
+        if self.family == "mixtral" and not self.norm_topk_prob:
+            raise ValueError("norm_topk_prob=False is a Qwen3-MoE option; Mixtral always renormalises")
+        if self.family == "qwen3_moe" and not self.is_moe:
+            raise ValueError("a qwen3_moe config needs num_experts > 1 (dense Qwen3 is not supported)")
         if self.rope_theta <= 0 or self.rms_norm_eps <= 0:
             raise ValueError(
                 f"rope_theta ({self.rope_theta}) and rms_norm_eps ({self.rms_norm_eps}) must be positive"
@@ -93,7 +113,14 @@ class ModelConfig:
         return self.num_experts > 1
 
     @property
+    def qk_norm(self) -> bool:
+        """Whether attention normalises each query and key head (RMSNorm) before the rotation."""
+        return self.family == "qwen3_moe"
+
+    @property
     def architecture(self) -> str:
+        if self.family == "qwen3_moe":
+            return QWEN3_MOE
         return MIXTRAL if self.is_moe else LLAMA
 
     def replace(self, **changes: Any) -> ModelConfig:
@@ -102,10 +129,11 @@ class ModelConfig:
     # ---- Hugging Face config.json -------------------------------------------------------------
 
     def to_hf_dict(self, torch_dtype: str = "float32") -> dict[str, Any]:
-        """The `config.json` that transformers and vLLM read (Mixtral, or Llama when dense)."""
+        """The `config.json` that transformers and vLLM read (Mixtral, Llama when dense, or
+        Qwen3-MoE)."""
         hf: dict[str, Any] = {
             "architectures": [self.architecture],
-            "model_type": "mixtral" if self.is_moe else "llama",
+            "model_type": {MIXTRAL: "mixtral", LLAMA: "llama", QWEN3_MOE: "qwen3_moe"}[self.architecture],
             "vocab_size": self.vocab_size,
             "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size,
@@ -127,7 +155,14 @@ class ModelConfig:
             "torch_dtype": torch_dtype,
             "use_cache": True,
         }
-        if self.is_moe:
+        if self.family == "qwen3_moe":  # every layer sparse; `intermediate_size` (dense layers) unused
+            hf.update(
+                num_experts=self.num_experts, num_experts_per_tok=self.top_k,
+                moe_intermediate_size=self.intermediate_size, norm_topk_prob=self.norm_topk_prob,
+                decoder_sparse_step=1, mlp_only_layers=[], use_sliding_window=False, sliding_window=None,
+                output_router_logits=False, router_aux_loss_coef=0.001,
+            )
+        elif self.is_moe:
             hf.update(
                 num_local_experts=self.num_experts,
                 num_experts_per_tok=self.top_k,
@@ -142,15 +177,14 @@ class ModelConfig:
 
     @classmethod
     def from_hf_dict(cls, hf: dict[str, Any], source: str = "config.json") -> ModelConfig:
-        """Reads a Mixtral or Llama `config.json`; errors name the file and the field."""
+        """Reads a Mixtral, Llama or Qwen3-MoE `config.json` (as the model's authors or
+        transformers 4 and 5 write it); errors name the file and the field."""
         arch = (hf.get("architectures") or [None])[0]
-        if arch not in (MIXTRAL, LLAMA):
+        if arch not in (MIXTRAL, LLAMA, QWEN3_MOE):
             raise ValueError(
                 f"{source}: architectures is {hf.get('architectures')!r}; "
-                f"supported: [{MIXTRAL!r}] and [{LLAMA!r}]"
+                f"supported: [{MIXTRAL!r}], [{LLAMA!r}] and [{QWEN3_MOE!r}]"
             )
-        if hf.get("rope_scaling") not in (None, {}) and hf["rope_scaling"].get("rope_type") != "default":
-            raise ValueError(f"{source}: rope_scaling {hf['rope_scaling']!r} is not supported")
 
         def field(name: str, default: Any = dataclasses.MISSING) -> Any:
             if name in hf and hf[name] is not None:
@@ -161,26 +195,23 @@ class ModelConfig:
 
         heads = field("num_attention_heads")
         hidden = field("hidden_size")
-        moe = arch == MIXTRAL
         eos = field("eos_token_id", 2)
+        family = _family_fields(arch, hf, field, source)
         try:
             return cls(
                 vocab_size=field("vocab_size"),
                 hidden_size=hidden,
-                intermediate_size=field("intermediate_size"),
                 num_layers=field("num_hidden_layers"),
                 num_heads=heads,
                 num_kv_heads=field("num_key_value_heads", heads),
                 head_dim=field("head_dim", hidden // heads if heads else 0),
-                num_experts=field("num_local_experts") if moe else 1,
-                top_k=field("num_experts_per_tok") if moe else 1,
-                rope_theta=float(field("rope_theta", 10000.0)),
-                rms_norm_eps=float(field("rms_norm_eps", 1e-5)),
+                rope_theta=_rope_theta(hf, source),
                 max_position_embeddings=field("max_position_embeddings", 8192),
                 tie_word_embeddings=bool(field("tie_word_embeddings", False)),
                 bos_token_id=field("bos_token_id", 1),
                 eos_token_id=eos[0] if isinstance(eos, list) else eos,
                 pad_token_id=hf.get("pad_token_id"),
+                **family,
             )
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from None
@@ -230,3 +261,39 @@ class ModelConfig:
         return cls.smollm2_135m().replace(
             num_experts=num_experts, top_k=top_k, tie_word_embeddings=False
         )
+
+
+def _rope_theta(hf: dict[str, Any], source: str) -> float:
+    """`rope_theta` at the top level (transformers 4, the models' own files) or inside
+    `rope_parameters` (transformers 5); only the plain rotation is supported."""
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = hf.get(key)
+        if rope and rope.get("rope_type", rope.get("type", "default")) != "default":
+            raise ValueError(f"{source}: {key} {rope!r} is not supported (plain rotary embeddings only)")
+    nested = (hf.get("rope_parameters") or {}).get("rope_theta")
+    theta = hf.get("rope_theta") if hf.get("rope_theta") is not None else nested
+    return float(theta if theta is not None else 10000.0)
+
+
+def _family_fields(arch: str, hf: dict[str, Any], field, source: str) -> dict[str, Any]:
+    """The fields whose names and defaults differ between families."""
+    if arch == LLAMA:
+        return {"intermediate_size": field("intermediate_size"), "num_experts": 1, "top_k": 1,
+                "rms_norm_eps": float(field("rms_norm_eps", 1e-5))}
+    if arch == MIXTRAL:
+        return {"intermediate_size": field("intermediate_size"), "num_experts": field("num_local_experts"),
+                "top_k": field("num_experts_per_tok"), "rms_norm_eps": float(field("rms_norm_eps", 1e-5))}
+    if field("decoder_sparse_step", 1) != 1 or field("mlp_only_layers", []):
+        raise ValueError(
+            f"{source}: dense layers in a Qwen3-MoE model (decoder_sparse_step "
+            f"{hf.get('decoder_sparse_step')!r}, mlp_only_layers {hf.get('mlp_only_layers')!r}) are not "
+            "supported; every layer must be sparse"
+        )
+    if field("use_sliding_window", False):
+        raise ValueError(f"{source}: use_sliding_window is not supported")
+    if field("attention_bias", False):
+        raise ValueError(f"{source}: attention_bias is not supported")
+    experts = hf.get("num_experts") if hf.get("num_experts") is not None else field("num_local_experts")
+    return {"family": "qwen3_moe", "intermediate_size": field("moe_intermediate_size"), "num_experts": experts,
+            "top_k": field("num_experts_per_tok"), "norm_topk_prob": bool(field("norm_topk_prob", False)),
+            "rms_norm_eps": float(field("rms_norm_eps", 1e-6))}

@@ -108,6 +108,8 @@ def unsupported_reason(model: Transformer) -> str | None:
 
     if getattr(model, "quantization", "none") != "int4":
         return "the model is not quantized to int4"
+    if model.config.qk_norm or not model.config.norm_topk_prob:
+        return f"the fused step computes Mixtral's block only, not {model.config.architecture}'s"
     if model.embed.weight.dtype != torch.float32 or model.embed.weight.device.type != "cpu":
         return "the fused step runs fp32 activations on the CPU"
     if not isinstance(model.lm_head, Int8Linear):

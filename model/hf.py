@@ -1,5 +1,5 @@
 """Checkpoints in Hugging Face layout: the name mapping between our fused parameters and the
-classic Mixtral/Llama tensor names, and loading/saving a directory that transformers and
+Mixtral/Llama and Qwen3-MoE tensor names, and loading/saving a directory that transformers and
 `vllm serve` read as they are.
 
 A checkpoint directory holds `config.json`, `model.safetensors` (or `model-*.safetensors` shards
@@ -41,8 +41,25 @@ class CheckpointError(ValueError):
 # ---- name mapping -------------------------------------------------------------------------------
 
 
+def expert_names(config: ModelConfig, layer: int) -> tuple[str, list[tuple[str, str, str]]]:
+    """A layer's router name and each expert's (gate, up, down) names in the config's family:
+    Mixtral's `block_sparse_moe` (w1, w3, w2), Qwen3-MoE's `mlp` (gate/up/down_proj), or the
+    dense Llama `mlp` (router "", one expert)."""
+    p = f"model.layers.{layer}."
+    if not config.is_moe:
+        return "", [(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight", p + "mlp.down_proj.weight")]
+    if config.family == "qwen3_moe":
+        m, parts = p + "mlp.", ("gate_proj", "up_proj", "down_proj")
+    else:
+        m, parts = p + "block_sparse_moe.", ("w1", "w3", "w2")
+    return m + "gate.weight", [
+        tuple(m + f"experts.{e}.{part}.weight" for part in parts) for e in range(config.num_experts)
+    ]
+
+
 def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
-    """Our parameters under Hugging Face names (Mixtral when E > 1, else Llama)."""
+    """Our parameters under Hugging Face names (the config's family: Mixtral when E > 1, else
+    Llama; or Qwen3-MoE)."""
     cfg = model.config
     out: dict[str, torch.Tensor] = {"model.embed_tokens.weight": model.embed.weight}
     q_rows, kv_rows = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
@@ -55,19 +72,16 @@ def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
         out[p + "self_attn.v_proj.weight"] = v
         out[p + "self_attn.o_proj.weight"] = layer.attn.o_proj.weight
         out[p + "post_attention_layernorm.weight"] = layer.ffn_norm.weight
+        if cfg.qk_norm:
+            out[p + "self_attn.q_norm.weight"] = layer.attn.q_norm.weight
+            out[p + "self_attn.k_norm.weight"] = layer.attn.k_norm.weight
         experts = layer.moe.experts
         gate_EFD, up_EFD = experts.w13_EFD.chunk(2, dim=1)
-        if cfg.is_moe:
-            out[p + "block_sparse_moe.gate.weight"] = layer.moe.router.weight
-            for e in range(cfg.num_experts):
-                q_ = p + f"block_sparse_moe.experts.{e}."
-                out[q_ + "w1.weight"] = gate_EFD[e]
-                out[q_ + "w3.weight"] = up_EFD[e]
-                out[q_ + "w2.weight"] = experts.w2_EDF[e]
-        else:
-            out[p + "mlp.gate_proj.weight"] = gate_EFD[0]
-            out[p + "mlp.up_proj.weight"] = up_EFD[0]
-            out[p + "mlp.down_proj.weight"] = experts.w2_EDF[0]
+        router, names = expert_names(cfg, i)
+        if router:
+            out[router] = layer.moe.router.weight
+        for e, (w1, w3, w2) in enumerate(names):
+            out[w1], out[w3], out[w2] = gate_EFD[e], up_EFD[e], experts.w2_EDF[e]
     out["model.norm.weight"] = model.norm.weight
     if not cfg.tie_word_embeddings:
         out["lm_head.weight"] = model.lm_head.weight
@@ -102,14 +116,14 @@ def load_hf_state_dict(model: Transformer, tensors: dict[str, torch.Tensor], sou
             layer.attn.qkv.weight.copy_(torch.cat(qkv))
             layer.attn.o_proj.weight.copy_(_take(tensors, p + "self_attn.o_proj.weight", (D, q_rows), source))
             layer.ffn_norm.weight.copy_(_take(tensors, p + "post_attention_layernorm.weight", (D,), source))
+            if cfg.qk_norm:
+                Dh = cfg.head_dim
+                layer.attn.q_norm.weight.copy_(_take(tensors, p + "self_attn.q_norm.weight", (Dh,), source))
+                layer.attn.k_norm.weight.copy_(_take(tensors, p + "self_attn.k_norm.weight", (Dh,), source))
             experts = layer.moe.experts
-            if cfg.is_moe:
-                m = p + "block_sparse_moe."
-                layer.moe.router.weight.copy_(_take(tensors, m + "gate.weight", (E, D), source))
-                names = [(m + f"experts.{e}.w1.weight", m + f"experts.{e}.w3.weight",
-                          m + f"experts.{e}.w2.weight") for e in range(E)]
-            else:
-                names = [(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight", p + "mlp.down_proj.weight")]
+            router, names = expert_names(cfg, i)
+            if router:
+                layer.moe.router.weight.copy_(_take(tensors, router, (E, D), source))
             for e, (w1, w3, w2) in enumerate(names):
                 experts.w13_EFD[e, :F].copy_(_take(tensors, w1, (F, D), source))
                 experts.w13_EFD[e, F:].copy_(_take(tensors, w3, (F, D), source))
@@ -205,7 +219,8 @@ def save_model(model: Transformer, directory: str | Path, tokenizer: Any = None,
 
 
 def load_model(directory: str | Path, *, dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> Transformer:
-    """Builds the model a checkpoint describes and loads its weights (Mixtral or dense Llama)."""
+    """Builds the model a checkpoint describes and loads its weights (Mixtral, dense Llama or
+    Qwen3-MoE)."""
     from model.transformer import Transformer
 
     directory = Path(directory).expanduser()

@@ -110,6 +110,9 @@ class Attention(nn.Module):
         kv_rows = config.num_kv_heads * config.head_dim
         self.qkv = nn.Linear(config.hidden_size, q_rows + 2 * kv_rows, bias=False)
         self.o_proj = nn.Linear(q_rows, config.hidden_size, bias=False)
+        # Qwen3-MoE: one RMSNorm over each query head and one over each key head, before rotating.
+        self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
 
     def forward(
         self,
@@ -126,8 +129,12 @@ class Attention(nn.Module):
         B, S, _ = x_BSD.shape
         H, K, Dh = self.num_heads, self.num_kv_heads, self.head_dim
         qk, v = self.qkv(x_BSD).split([(H + K) * Dh, K * Dh], dim=-1)
+        qk = qk.view(B, S, H + K, Dh)
+        if self.q_norm is not None:
+            q, k = qk.split([H, K], dim=2)
+            qk = torch.cat([self.q_norm(q), self.k_norm(k)], dim=2)
         # Queries and keys rotate together: one set of ops for both.
-        q, k = apply_rotary(qk.view(B, S, H + K, Dh), *rope).split([H, K], dim=2)
+        q, k = apply_rotary(qk, *rope).split([H, K], dim=2)
         v = v.view(B, S, K, Dh)
         q_BHSDh = q.transpose(1, 2)
         if cache is None:

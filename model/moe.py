@@ -3,7 +3,8 @@ one overridable seam, `grouped_mm`, so kernels/ can swap in MXFP8 without touchi
 
 Routing follows Mixtral: softmax over all experts in fp32, keep the top k, renormalise the kept
 weights to sum to 1. With every expert equal (an upcycled dense model) the output is therefore
-exactly the dense FFN whatever the router says.
+exactly the dense FFN whatever the router says. Qwen3-MoE may skip the renormalisation
+(`config.norm_topk_prob=False`): the kept weights are then the plain softmax probabilities.
 
 Legend: N tokens, D model width, F expert hidden width, E experts, k experts per token,
 M = N * k routed rows sorted by expert.
@@ -52,14 +53,15 @@ def select_grouped_mm(expert_matmul: str) -> GroupedMM:
 class Router(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.top_k = config.top_k
+        self.top_k, self.norm_topk_prob = config.top_k, config.norm_topk_prob
         self.weight = nn.Parameter(torch.empty(config.num_experts, config.hidden_size))
 
     def forward(self, x_ND: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (weights_Nk in x's dtype, experts_Nk int64)."""
         probs_NE = F.linear(x_ND, self.weight).float().softmax(dim=-1)
         weights_Nk, experts_Nk = probs_NE.topk(self.top_k, dim=-1)
-        weights_Nk = weights_Nk / weights_Nk.sum(dim=-1, keepdim=True)
+        if self.norm_topk_prob:
+            weights_Nk = weights_Nk / weights_Nk.sum(dim=-1, keepdim=True)
         return weights_Nk.to(x_ND.dtype), experts_Nk
 
 
