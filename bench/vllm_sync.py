@@ -59,7 +59,7 @@ def trainer_logprobs(model, ids: list[int]) -> list[float]:
 
 
 def max_gap(a: list[float], b: list[float]) -> float:
-    return max(abs(x - y) for x, y in zip(a, b))
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
 
 
 def perturb(model) -> None:
