@@ -129,7 +129,7 @@ def test_training_forward_with_replay_reproduces_rollout_logprobs():
     experts it is large, which is what replay guards against."""
     model = random_moe(seed=2)
     _, outs = rollouts(model)
-    replay_err, plain_err, wrong_err = 0.0, 0.0, 0.0
+    replay_err, plain_err, wrong_err, differ = 0.0, 0.0, 0.0, []
     with torch.no_grad():
         for prompt, out in zip(PROMPTS, outs):
             rollout = torch.tensor(out.logprobs)
@@ -140,8 +140,11 @@ def test_training_forward_with_replay_reproduces_rollout_logprobs():
             replay_err = max(replay_err, float((replayed - rollout).abs().max()))
             plain_err = max(plain_err, float((plain - rollout).abs().max()))
             wrong_err = max(wrong_err, float((wrong - rollout).abs().max()))
+            own = model(torch.tensor([prompt + out.token_ids[:-1]]), return_routing=True).routing_BSLk[0]
+            differ.append((own.sort(-1).values != out.routed_experts.long().sort(-1).values).any(-1).float().mean())
     print(f"\nrouting replay, random 4-expert MoE, {len(PROMPTS)} rollouts x 40 tokens: max |logprob "
-          f"difference| with replay {replay_err:.2e}, without {plain_err:.2e}, with other experts {wrong_err:.2e}")
+          f"difference| with replay {replay_err:.2e}, without {plain_err:.2e}, with other experts {wrong_err:.2e}; "
+          f"routes chosen differently without replay {float(torch.stack(differ).mean()):.1%}")
     assert replay_err < 1e-4
     assert wrong_err > 1e-2
 
