@@ -94,7 +94,7 @@ class _Swap:
     aborted: int = 0
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: the active list holds each request once
 class _Pending:
     seq: Sequence
     on_event: Callable[[StreamEvent], None]
@@ -269,8 +269,10 @@ class Engine:
         old weights (their Completion.weight_version is the old version) and holds new ones
         back until the swap; "abort" ends them at the next step boundary with finish_reason
         "abort" and the old version (resume one by sending prompt_ids + token_ids again). Either
-        way no request mixes versions. The swap itself is a copy into the live tensors, then the
-        KV cache is reset and the fused step rebuilt. Call it from any thread but the engine's."""
+        way no request mixes versions; "finish" waits up to the running requests' max_tokens,
+        "abort" up to one decoding step. The swap itself is a copy into the live tensors, then
+        the KV cache is reset and the fused step rebuilt. Call it from any thread but the
+        engine's; the tensors are read until it returns."""
         if in_flight not in IN_FLIGHT:
             raise ValueError(f"in_flight must be one of {IN_FLIGHT}, got {in_flight!r}")
         if threading.current_thread() is self._thread:
