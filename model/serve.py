@@ -9,8 +9,10 @@ streamed, tool calls, logprobs, token ids, routed experts), `/v1/models` and `/h
 
 Without --model it serves composer-mini (built on first use). With --api-key (or $COMPOSER_API_KEY)
 every /v1 request needs `Authorization: Bearer KEY`. `--enable-weight-sync` adds
-`POST /v1/load_weights` for RL trainers (model/weight_sync.py: loopback only, with its own token). In tests: `create_app(engine, name)` and an
-aiohttp AppRunner (tests/model/test_serve.py).
+`POST /v1/load_weights` for RL trainers (model/weight_sync.py: loopback only, with its own
+token). Every answer (a plain response, or a stream's chunk with the finish reason) carries a
+top-level `weight_version`: the engine's weights the whole completion ran on. In tests:
+`create_app(engine, name)` and an aiohttp AppRunner (tests/model/test_serve.py).
 
 Requests run concurrently: each is submitted to the engine, which batches them. A client that
 disconnects cancels its generation. The model's text goes through model.toolcalls'
@@ -284,7 +286,8 @@ def _experts(done: Completion) -> list[Any] | None:
 
 def _completion_body(state: ServerState, chat: ChatRequest, meta: ResponseMeta, done: Completion) -> dict[str, Any]:
     content, calls = split_tool_text(done.text, chat.parses_tool_calls, chat.parallel_tool_calls)
-    extra, extra_choice = {}, {}
+    extra: dict[str, Any] = {"weight_version": done.weight_version}
+    extra_choice = {}
     if chat.return_token_ids:
         extra["prompt_token_ids"] = done.prompt_ids
         extra_choice["token_ids"] = done.token_ids
@@ -328,7 +331,8 @@ class _ChunkStream:
         chunks = self._deltas(self.splitter.finish())
         extra_choice = {"routed_experts": _experts(done)} if self.chat.return_routed_experts else None
         reason = finish_reason(done.finish_reason, bool(self.splitter.calls))
-        chunks.append(self._chunk({}, finish_reason=reason, extra_choice=extra_choice))
+        version = {"weight_version": done.weight_version}
+        chunks.append(self._chunk({}, finish_reason=reason, extra=version, extra_choice=extra_choice))
         if self.chat.include_usage:
             totals = usage(len(done.prompt_ids), len(done.token_ids))
             chunks.append(chat_chunk(self.meta, None, usage=totals, include_usage=True))
