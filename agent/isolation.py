@@ -47,8 +47,8 @@ LETS_THROUGH = {
              "and secrets are hidden, and there is no network",
     "unshare": "writes to any mount that fails to be remounted read-only (failures are ignored), "
                "and the host's /dev and /sys; there is no network",
-    "none": "everything you can do yourself: writing files outside the workspace, reading your "
-            "secrets (~/.ssh, tokens in the environment of other processes, files), and the network",
+    "none": "everything you can do yourself: writing outside the workspace, reading your secrets "
+            "(~/.ssh, credentials) and using the network",
 }
 """What each level lets a command do that bubblewrap would not (agent/sandbox.py explains why)."""
 
@@ -90,7 +90,8 @@ def configured_opt_in(path: Path | None = None) -> bool:
 
 
 def opt_in_hint() -> str:
-    return f"pass {OPT_IN_FLAG}, or set `{OPT_IN_KEY} = true` in {config_file()}"
+    return (f"pass {OPT_IN_FLAG} (composer-agent, composer-lsp; allow_unsandboxed=True from Python), "
+            f"or set `{OPT_IN_KEY} = true` in {config_file()}")
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "server"))
 
 from lsp_client import start_client, stop_client  # noqa: E402
+from no_sandbox import stubbed_path  # noqa: E402
 from scripted_model import ScriptedModel  # noqa: E402
 
 OPT_IN = "--allow-unsandboxed"
@@ -97,12 +98,8 @@ def level(request) -> str:
 def machine(level: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The environment of a machine where bubblewrap (and, for `none`, unshare) fails: stubs
     that exit 1 first on PATH, and an empty user config directory."""
-    stubs = tmp_path / "stubs"
-    stubs.mkdir()
-    for tool in ("bwrap", "unshare") if level == "none" else ("bwrap",):
-        (stubs / tool).write_text("#!/bin/sh\necho \"$0: not permitted here\" >&2\nexit 1\n")
-        (stubs / tool).chmod(0o755)
-    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+    stubs = ("bwrap", "unshare") if level == "none" else ("bwrap",)
+    env = {**os.environ, "PATH": stubbed_path(tmp_path / "stubs", *stubs), "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
            "COMPOSER_INDEX": "off"}
     for key in ("PATH", "XDG_CONFIG_HOME"):
         monkeypatch.setenv(key, env[key])  # composer-lsp, started by pytest-lsp, inherits these
@@ -118,7 +115,7 @@ def scene(tmp_path: Path):
         outside = tmp_path / name
         (outside / "ws" / ".composer").mkdir(parents=True)
         (outside / "ws" / ".composer" / "config.toml").write_text("allow_unsandboxed = true\n")
-        secret = f"SECRET-{uuid.uuid4().hex}"
+        secret = f"canary {uuid.uuid4().hex[:12]} in secret.txt"  # never redacted from logs
         (outside / "secret.txt").write_text(secret + "\n")
         listener = socket.socket()
         listener.bind(("127.0.0.1", 0))

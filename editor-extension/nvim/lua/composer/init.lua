@@ -6,8 +6,8 @@
 -- this module adds the chat (ACP's `session/*` methods on the LSP connection), the commands of
 -- plugin/composer.lua, and the handlers lsp/composer.lua points at. Edits to open buffers arrive
 -- as `workspace/applyEdit`, which Neovim applies itself (undo with `u`). The server's sandbox level
--- (composer/isolation) is asked for at start: a warning when it is weaker than bubblewrap,
--- `require('composer').status()` for a statusline, :ComposerStatus. See :help composer.
+-- (composer/isolation) is asked for at start, for `require('composer').status()` (a statusline)
+-- and :ComposerStatus; the server itself warns when it is weaker than bubblewrap. See :help composer.
 
 local Composer = {}
 local H = {}
@@ -223,17 +223,15 @@ end
 
 -- ---- what lsp/composer.lua calls ---------------------------------------------------------------
 
---- `on_init`: asks the server which sandbox level its commands run with (composer/isolation),
---- warns when it is weaker than bubblewrap, and fires `User ComposerIsolation`.
+--- `on_init`: asks the server which sandbox level its commands run with (composer/isolation)
+--- and fires `User ComposerIsolation`. (A weaker level's warning needs no notify of ours: the
+--- server sends it as `window/showMessage`, which Neovim shows.)
 function Composer.on_init(client)
   client:request('composer/isolation', {}, function(err, status)
     if err or type(status) ~= 'table' then
       return
     end
     H.isolation[client.id] = status
-    if status.weaker then
-      H.notify(status.message, vim.log.levels.WARN)
-    end
     vim.api.nvim_exec_autocmds('User', {
       pattern = 'ComposerIsolation',
       modeline = false,
