@@ -28,10 +28,10 @@ where it counts just the sandbox's processes and does contain a fork bomb for no
 
 Why `unshare` counts as weaker, not as a second full level: it starts from the host's mount tree
 and remounts each mount read-only one by one (`_UNSHARE_SETUP`), ignoring failures
-(`remount ... || true`), so a mount that refuses (a FUSE mount, locked flags on an older
-util-linux, a name /proc/self/mounts escapes: a mount point with a space in it stayed writable
-until that was decoded) stays writable, silently; and the command sees the host's /dev and /sys,
-where bubblewrap gives a fresh minimal /dev. Its network namespace is as empty as bubblewrap's.
+(`remount ... || true`), so any mount whose remount fails stays writable, silently (a mount point
+with a space in its name did, until the name /proc/self/mounts escapes as \\040 was decoded); and
+the command sees the host's /dev and /sys, where bubblewrap gives a fresh minimal /dev. Its
+network namespace is as empty as bubblewrap's.
 `none` contains nothing: the command can write anywhere the user can, read their secrets and
 use the network. macOS: no Seatbelt (`sandbox-exec`) profile here, since it could not be tested
 without a Mac; there is neither bwrap nor unshare, so the level is `none` and it fails closed.
@@ -46,7 +46,7 @@ with the pids cgroup: bwrap 11 ms, unshare 55 ms, none 5 ms with the box near id
 bwrap 35 ms, unshare 90-130 ms, none 8-12 ms while a benchmark shared it (load ~4). A bare
 `bwrap --unshare-all true` takes 8 ms at that load; the pids cgroup adds 4-9 ms.
 
-Tests: .venv/bin/python -m pytest tests/agent/test_sandbox.py
+Tests: .venv/bin/python -m pytest tests/agent/test_sandbox.py tests/agent/test_escape.py
 """
 
 from __future__ import annotations

@@ -128,7 +128,8 @@ class Session:
         root = Path(config.workspace).expanduser().resolve()
         workspace = workspace or Workspace(root)
         permissions: PermissionPolicy = rollout_policy() if config.auto_allow else load_policy(root)
-        ctx = ToolContext(workspace)  # a rollout refuses to start here when the sandbox is weaker:
+        ctx = ToolContext(workspace)
+        # below bubblewrap: a rollout refuses to start, an editor's policy asks about every command
         gate_session(await asyncio.to_thread(isolation_status, config.allow_unsandboxed), permissions,
                      ctx.state, client=config.client, auto_allow=config.auto_allow)
         if policy is None:
