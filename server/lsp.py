@@ -12,7 +12,8 @@ What it speaks:
   runs (cancellable from the editor); `window/logMessage` for what the server does;
 - the sandbox's isolation level: `composer/isolation` (a request; agent/isolation.py's
   IsolationStatus.to_dict: level, weaker, restricted, letsThrough, optIn, message), also logged
-  after `initialized`, and a `window/showMessage` warning when it is weaker than bubblewrap.
+  while answering `initialize`, with a `window/showMessage` warning when it is weaker than
+  bubblewrap (both allowed before the initialize response).
 
 Run it with `composer-lsp --stdio` (server/cli.py); nothing but protocol goes to stdout.
 """
@@ -165,15 +166,14 @@ class ComposerServer(LanguageServer):
         options = params.initialization_options
         if isinstance(options, dict) and options.get("mode") in ("agent", "review"):
             self.settings.default_mode = options["mode"]
+        status = isolation_status(self.settings.allow_unsandboxed)  # probed once per process
         self.window_log_message(types.LogMessageParams(
-            type=types.MessageType.Info, message=f"composer-lsp {__version__} serving {self.root}"))
+            type=types.MessageType.Info, message=f"composer-lsp {__version__} serving {self.root}; {status.describe()}"))
+        if status.weaker:
+            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning,
+                                                             message=f"Composer: {status.describe()}"))
 
     async def _initialized(self, params: Any) -> None:
-        status = await self._isolation(None)
-        self.window_log_message(types.LogMessageParams(type=types.MessageType.Info, message=status["message"]))
-        if status["weaker"]:
-            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning,
-                                                             message=f"Composer: {status['message']}"))
         await self.indexing.start(self.root)
 
     async def _isolation(self, params: Any) -> dict[str, Any]:
