@@ -13,7 +13,8 @@ For each of fp32 and int4 weights:
 Then, on the partial update's new weights: fp32, the engine's sampled logprobs (temperature 1,
 48 tokens) against the trainer's forward with routing replay (max |difference|); int4, whether
 every buffer equals a fresh quantization of the trainer's weights, and single-stream greedy
-decode speed before and after the load (the fused C++ step is rebuilt on the new buffers).
+decode speed on the loaded engine against an engine built fresh from the same weights,
+alternating (the fused C++ step is rebuilt on the new buffers: it should be as fast).
 Writes bench/results/weight_sync.json and its table in docs/benchmarks.md.
 """
 
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import platform
 import statistics
 import sys
 import time
@@ -31,7 +31,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.report import publish  # noqa: E402
+from bench.engine import decode_ab  # noqa: E402
+from bench.report import cpu_description, publish  # noqa: E402
 from bench.workloads import chat_prompt  # noqa: E402
 from model.engine import Engine  # noqa: E402
 from model.hf import load_model  # noqa: E402
@@ -66,18 +67,11 @@ def timed_loads(engine: Engine, weights, reps: int) -> dict[str, float]:
     return out
 
 
-def decode_rate(engine: Engine, prompt: list[int]) -> float:
-    [out] = engine.generate([prompt], SamplingParams(max_tokens=64, ignore_eos=True, speculative=False))
-    return len(out.token_ids) / out.decode_seconds
-
-
 def arm(model_dir: Path, quantize: str, trainer: Transformer, update: dict, reps: int) -> dict:
     started = time.perf_counter()
     engine = Engine.from_pretrained(model_dir, quantize=quantize)
     res = {"fresh_seconds": time.perf_counter() - started, "fused": engine.fused is not None}
     prompt = engine.tokenizer.encode_chat(chat_prompt())
-    if quantize == "int4":
-        res["decode_before"] = decode_rate(engine, prompt)
     res["full"] = timed_loads(engine, model_dir, reps)
     res["partial"] = timed_loads(engine, update, reps)
     if quantize == "none":
@@ -87,31 +81,37 @@ def arm(model_dir: Path, quantize: str, trainer: Transformer, update: dict, reps
             ours = completion_logprobs(trainer, prompt, out.token_ids, out.routed_experts)
         res["max_logprob_difference"] = float((ours - torch.tensor(out.logprobs)).abs().max())
     else:
-        res["decode_after"] = decode_rate(engine, prompt)
-        fresh = quantize_model(trainer, "int4").state_dict()
-        res["equals_fresh_quantization"] = all(torch.equal(t, fresh[n]) for n, t in engine.model.state_dict().items())
+        fresh = Engine(quantize_model(trainer, "int4"), engine.tokenizer)
+        expected = fresh.model.state_dict()
+        res["equals_fresh_quantization"] = all(torch.equal(t, expected[n]) for n, t in engine.model.state_dict().items())
+        ab = decode_ab({"loaded": engine, "fresh": fresh}, engine.tokenizer, 64)
+        res["decode_loaded"], res["decode_fresh"] = ab["loaded"]["decode-1"], ab["fresh"]["decode-1"]
+        fresh.close()
     engine.close()
     return res
 
 
 def table(results: dict) -> str:
-    head = "| weights | fresh engine (s) | full load (s) | prepare / swap (s) | partial load (s) | prepare / swap (s) | full load / fresh |\n"
-    head += "|" + " --- |" * 7 + "\n"
+    head = "| weights | fresh engine (s) | full load (s) | prepare / swap (s) | partial load (s) | prepare / swap (s) | full / fresh | partial / fresh |\n"
+    head += "|" + " --- |" * 8 + "\n"
     rows = []
     for name in ("fp32", "int4"):
         r = results[name]
         full, part = r["full"], r["partial"]
         rows.append(
             f"| {name} | {r['fresh_seconds']:.2f} | {full['total']:.2f} | {full['prepare']:.2f} / {full['swap']:.2f} "
-            f"| {part['total']:.3f} | {part['prepare']:.3f} / {part['swap']:.3f} | {full['total'] / r['fresh_seconds']:.2f}x |"
+            f"| {part['total']:.3f} | {part['prepare']:.3f} / {part['swap']:.3f} | {full['total'] / r['fresh_seconds']:.2f}x "
+            f"| {part['total'] / r['fresh_seconds']:.4f}x |"
         )
     fp32, int4 = results["fp32"], results["int4"]
     notes = (
         f"\nAfter the partial load, fp32: the engine's sampled logprobs against the trainer's forward with "
         f"routing replay differ by at most {fp32['max_logprob_difference']:.2e}. int4: every buffer equals a "
         f"fresh quantization of the trainer's weights: {int4['equals_fresh_quantization']}; single-stream "
-        f"decode {int4['decode_before']:.1f} tok/s before, {int4['decode_after']:.1f} after "
-        f"(fused C++ step: {int4['fused']}). Full loads: {fp32['full']['tensors']} tensors; partial: "
+        f"greedy decode {int4['decode_loaded']:.1f} tok/s on the loaded engine, {int4['decode_fresh']:.1f} on "
+        f"an engine built fresh from those weights ({int4['decode_loaded'] / int4['decode_fresh']:.2f}x; fused C++ "
+        f"step: {int4['fused']}; alternating, medians of 3). "
+        f"Full loads: {fp32['full']['tensors']} tensors; partial: "
         f"{fp32['partial']['tensors']}. The engine pauses only for the swap column; preparing runs "
         "while it serves.\n"
     )
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     results["int4"] = arm(model_dir, "int4", trainer, update, args.reps)  # quantizes the trainer last
     meta = (
         f"composer-mini ({trainer.config.num_experts} experts, top-{trainer.config.top_k}) on "
-        f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}; medians of "
+        f"{cpu_description()}, {torch.get_num_threads()} threads, torch {torch.__version__}; medians of "
         f"{args.reps} loads; {time.strftime('%Y-%m-%d')}."
     )
     results["meta"] = meta
