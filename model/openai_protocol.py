@@ -465,9 +465,12 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 
 
 def finish_reason(engine_reason: str, made_tool_calls: bool) -> str:
-    """The OpenAI finish reason: "tool_calls" when calls were made and the model stopped."""
+    """The OpenAI finish reason: "tool_calls" when calls were made and the model stopped;
+    "abort" (vLLM's word) when a weight load ended the completion (Engine.load_weights)."""
     if engine_reason == "stop" and made_tool_calls:
         return "tool_calls"
+    if engine_reason == "abort":
+        return "abort"
     return "length" if engine_reason == "length" else "stop"
 
 

@@ -27,7 +27,8 @@ class StreamEvent:
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     finished: bool = False
     finish_reason: str | None = None
-    """"stop" (end-of-turn token or stop string), "length", or "cancelled"."""
+    """"stop" (end-of-turn token or stop string), "length", "cancelled", or "abort" (a weight load
+    ended it: Engine.load_weights)."""
 
 
 @dataclass
@@ -48,6 +49,8 @@ class Completion:
     num_accepted_draft_tokens: int = 0
     stop_reason: str | int | None = None
     """The stop string or token id that ended the completion, if one did."""
+    weight_version: int = 0
+    """The engine's weight version the whole completion ran on (Engine.load_weights)."""
 
 
 class Sequence:

@@ -8,8 +8,11 @@ streamed, tool calls, logprobs, token ids, routed experts), `/v1/models` and `/h
         -d '{"model": "composer-mini", "messages": [{"role": "user", "content": "hi"}]}'
 
 Without --model it serves composer-mini (built on first use). With --api-key (or $COMPOSER_API_KEY)
-every /v1 request needs `Authorization: Bearer KEY`. In tests: `create_app(engine, name)` and an
-aiohttp AppRunner (tests/model/test_serve.py).
+every /v1 request needs `Authorization: Bearer KEY`. `--enable-weight-sync` adds
+`POST /v1/load_weights` for RL trainers (model/weight_sync.py: loopback only, with its own
+token). Every answer (a plain response, or a stream's chunk with the finish reason) carries a
+top-level `weight_version`: the engine's weights the whole completion ran on. In tests:
+`create_app(engine, name)` and an aiohttp AppRunner (tests/model/test_serve.py).
 
 Requests run concurrently: each is submitted to the engine, which batches them. A client that
 disconnects cancels its generation. The model's text goes through model.toolcalls'
@@ -28,6 +31,8 @@ import hmac
 import json
 import logging
 import os
+import secrets
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -36,6 +41,7 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
+from model import weight_sync
 from model.constrained import ToolCallConstraint
 from model.engine import ContextLengthError, Engine
 from model.home import DEFAULT_MODEL
@@ -280,7 +286,8 @@ def _experts(done: Completion) -> list[Any] | None:
 
 def _completion_body(state: ServerState, chat: ChatRequest, meta: ResponseMeta, done: Completion) -> dict[str, Any]:
     content, calls = split_tool_text(done.text, chat.parses_tool_calls, chat.parallel_tool_calls)
-    extra, extra_choice = {}, {}
+    extra: dict[str, Any] = {"weight_version": done.weight_version}
+    extra_choice = {}
     if chat.return_token_ids:
         extra["prompt_token_ids"] = done.prompt_ids
         extra_choice["token_ids"] = done.token_ids
@@ -324,7 +331,8 @@ class _ChunkStream:
         chunks = self._deltas(self.splitter.finish())
         extra_choice = {"routed_experts": _experts(done)} if self.chat.return_routed_experts else None
         reason = finish_reason(done.finish_reason, bool(self.splitter.calls))
-        chunks.append(self._chunk({}, finish_reason=reason, extra_choice=extra_choice))
+        version = {"weight_version": done.weight_version}
+        chunks.append(self._chunk({}, finish_reason=reason, extra=version, extra_choice=extra_choice))
         if self.chat.include_usage:
             totals = usage(len(done.prompt_ids), len(done.token_ids))
             chunks.append(chat_chunk(self.meta, None, usage=totals, include_usage=True))
@@ -402,13 +410,18 @@ async def _stream(
     return response
 
 
-def create_app(engine: Engine, model_name: str = DEFAULT_MODEL, api_key: str | None = None) -> web.Application:
-    """The server as an aiohttp application (it does not own the engine: close it yourself)."""
+def create_app(
+    engine: Engine, model_name: str = DEFAULT_MODEL, api_key: str | None = None, weight_sync_token: str | None = None
+) -> web.Application:
+    """The server as an aiohttp application (it does not own the engine: close it yourself).
+    A `weight_sync_token` turns on the weight-sync route (model/weight_sync.py)."""
     app = web.Application(middlewares=[_errors, _auth], client_max_size=MAX_BODY_BYTES)
     app[STATE] = ServerState(engine, model_name, api_key)
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", list_models)
     app.router.add_post("/v1/chat/completions", chat_completions)
+    if weight_sync_token is not None:
+        weight_sync.register(app, engine, weight_sync_token)
     return app
 
 
@@ -425,12 +438,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--api-key", default=os.environ.get("COMPOSER_API_KEY"),
                         help="require 'Authorization: Bearer KEY' (default: $COMPOSER_API_KEY)")
+    parser.add_argument("--enable-weight-sync", action="store_true",
+                        help="serve POST /v1/load_weights (loopback --host only; see model/weight_sync.py)")
+    parser.add_argument("--weight-sync-token", default=os.environ.get(weight_sync.TOKEN_ENV),
+                        help=f"its token (default: ${weight_sync.TOKEN_ENV}, else a random one, printed)")
     args = parser.parse_args(argv)
     if args.max_batch < 1:
         parser.error(f"--max-batch must be at least 1, got {args.max_batch}")
+    sync_token = None
+    if args.enable_weight_sync:
+        try:
+            weight_sync.check_loopback(args.host)
+        except ValueError as err:
+            parser.error(str(err))
+        sync_token = args.weight_sync_token or secrets.token_urlsafe(24)
+        if not args.weight_sync_token:
+            print(f"weight sync: {weight_sync.TOKEN_HEADER}: {sync_token}", file=sys.stderr, flush=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     engine = Engine.from_pretrained(args.model, max_batch=args.max_batch, quantize=args.quantize)
-    app = create_app(engine, args.served_model_name, api_key=args.api_key)
+    app = create_app(engine, args.served_model_name, api_key=args.api_key, weight_sync_token=sync_token)
     log.info("serving %s on http://%s:%d/v1", args.served_model_name, args.host, args.port)
     try:
         web.run_app(app, host=args.host, port=args.port, handler_cancellation=True, print=None)

@@ -167,3 +167,41 @@ def test_fused_int4_step_declines_families_it_does_not_compute():
     qwen = quantize_model(Transformer(ModelConfig.debug(family="qwen3_moe")).init_weights(), "int4")
     assert unsupported_reason(mixtral) is None
     assert "Qwen3MoeForCausalLM" in unsupported_reason(qwen)
+
+
+@pytest.mark.parametrize("norm_topk_prob", [True, False])
+def test_routing_replay_follows_the_family_gate_normalisation(norm_topk_prob):
+    from model.moe import Router
+
+    router = Router(ModelConfig.debug(family="qwen3_moe", norm_topk_prob=norm_topk_prob))
+    torch.nn.init.normal_(router.weight, std=0.05)
+    x = torch.randn(6, 64, generator=torch.Generator().manual_seed(0))
+    probs = torch.softmax(x @ router.weight.T, -1)
+    own_weights, own_experts, _ = router(x)
+    replayed, experts, _ = router(x, own_experts)
+    assert torch.equal(replayed, own_weights) and torch.equal(experts, own_experts)
+    given = (own_experts + 1) % 4  # other experts than the router's
+    given[given[:, 0] == given[:, 1], 1] = (given[given[:, 0] == given[:, 1], 0] + 1) % 4
+    weights, experts, _ = router(x, given)
+    expected = probs.gather(-1, given)
+    if norm_topk_prob:
+        expected = expected / expected.sum(-1, keepdim=True)
+    assert torch.equal(experts, given)
+    torch.testing.assert_close(weights, expected)
+
+
+def test_rollout_routing_replays_in_the_training_forward(checkpoint):
+    from model.transformer import completion_logprobs
+
+    _, path = checkpoint
+    model = load_model(path)
+    prompt = IDS[0, :12].tolist()
+    engine = Engine(model, ByteTokenizer(stop_token_ids=()), max_batch=1)
+    try:
+        [out] = engine.generate([prompt], SamplingParams(max_tokens=10, temperature=1.0, seed=3, ignore_eos=True,
+                                                         return_routing=True, speculative=False))
+    finally:
+        engine.close()
+    with torch.no_grad():
+        replayed = completion_logprobs(model, prompt, out.token_ids, out.routed_experts.long())
+    torch.testing.assert_close(replayed, torch.tensor(out.logprobs), atol=1e-4, rtol=0)
