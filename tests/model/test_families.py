@@ -205,3 +205,25 @@ def test_rollout_routing_replays_in_the_training_forward(checkpoint):
     with torch.no_grad():
         replayed = completion_logprobs(model, prompt, out.token_ids, out.routed_experts.long())
     torch.testing.assert_close(replayed, torch.tensor(out.logprobs), atol=1e-4, rtol=0)
+
+
+def test_engine_takes_new_weights_under_the_family_names(checkpoint):
+    from model.hf import hf_state_dict
+
+    _, path = checkpoint
+    served, trained = load_model(path), load_model(path)
+    with torch.no_grad():
+        for name, param in trained.named_parameters():
+            param.add_(0.05 * torch.randn(param.shape, generator=torch.Generator().manual_seed(len(name))))
+    prompt = IDS[0, :9].tolist()
+    engine = Engine(served, ByteTokenizer(stop_token_ids=()), max_batch=1)
+    try:
+        engine.load_weights(hf_state_dict(trained), version=1)
+        [out] = engine.generate([prompt], SamplingParams(max_tokens=8, speculative=False, ignore_eos=True))
+    finally:
+        engine.close()
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(8):
+            ids.append(int(trained(torch.tensor([ids])).logits[0, -1].argmax()))
+    assert out.token_ids == ids[len(prompt):] and out.weight_version == 1
