@@ -118,11 +118,14 @@ def hf_slots(config: ModelConfig) -> dict[str, Slot]:
 
 
 def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
-    """Our parameters under Hugging Face names (Mixtral when E > 1, else Llama)."""
-    return {
-        name: model.get_parameter(slot.param)[slot.index].contiguous()
-        for name, slot in hf_slots(model.config).items()
-    }
+    """Our weights under Hugging Face names (the config's family). Each is read as the module's
+    attribute, so a parametrized weight (training/lora.py's adapters) comes out merged."""
+
+    def read(param: str) -> torch.Tensor:
+        module, _, leaf = param.rpartition(".")
+        return getattr(model.get_submodule(module), leaf)
+
+    return {name: read(slot.param)[slot.index].contiguous() for name, slot in hf_slots(model.config).items()}
 
 
 def ignored_checkpoint_tensor(name: str, config: ModelConfig) -> bool:

@@ -142,13 +142,17 @@ class Trainer:
         )
 
     def token_logprobs(self, model: Transformer, mb: MicroBatch) -> torch.Tensor:
-        """(B, P) log pi(target) at the loss positions, temperature-scaled as the sampler's."""
+        """(B, P) log pi(target) at the loss positions, temperature-scaled as the sampler's; where
+        the samples carry the rollout's routing, the forward replays it (model/moe.py: the
+        family's gate normalisation over the given experts)."""
         device = next(model.parameters()).device
         autocast = (torch.autocast(device.type, dtype=torch.bfloat16)
                     if self.config.model.autocast_bf16 else nullcontext())
         with autocast:
+            routing = None if mb.routing_BSLk is None else mb.routing_BSLk.to(device)
             out = model(mb.input_ids_BS.to(device), positions_BS=mb.position_ids_BS.to(device),
-                        logits_at=mb.positions_BP.to(device))
+                        logits_at=mb.positions_BP.to(device), given_experts_BSLk=routing,
+                        gradient_checkpointing=self.config.model.gradient_checkpointing)
         return selected_logprobs(out.logits, mb.targets_BP.to(device), mb.temperature)
 
     def _clip(self) -> float:
