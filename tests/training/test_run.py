@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from training.envs import Scheduler
 from training.replay import replay_session
 from training.rewards import score
 from training.run import RunConfig, run_task, run_tasks
+from training.run import main as run_main
 from training.tasks import DEFAULT_TEST_CMD, Task, load_tasks
 
 BUG = ("diff --git a/pkg/__init__.py b/pkg/__init__.py\n--- a/pkg/__init__.py\n+++ b/pkg/__init__.py\n"
@@ -30,6 +34,7 @@ BUG = ("diff --git a/pkg/__init__.py b/pkg/__init__.py\n--- a/pkg/__init__.py\n+
 HIDDEN = ("diff --git a/test_hidden.py b/test_hidden.py\nnew file mode 100644\n--- /dev/null\n+++ b/test_hidden.py\n"
           "@@ -0,0 +1,4 @@\n+from pkg import add\n+\n+def test_add_hidden():\n+    assert add(2, 3) == 5\n")
 TEST_CMD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 " + DEFAULT_TEST_CMD
+ROOT = Path(__file__).resolve().parents[2]
 
 
 FIX = [calls(("edit_file", {"path": "pkg/__init__.py", "old_string": "a - b", "new_string": "a + b"})),
@@ -137,3 +142,22 @@ async def test_a_task_runs_log_is_replayed_and_regraded(setting, tmp_path):
     assert report["grade"]["resolved"] is True and report["mismatches"] == []
     regraded = [r for r in logged(run) if r["type"] == "outcome" and r["signal"] == "task_resolved"]
     assert [r["source"] for r in regraded] == ["grader", "replay"]
+    # the command line: the task picked by the log's header among several, --no-write leaves the log
+    size = run.log_path.stat().st_size
+    env = {**os.environ, "COMPOSER_ENVS_DIR": config.state_dir, "COMPOSER_BASES_DIR": config.base_dir}
+    done = subprocess.run([sys.executable, "-m", "training.replay", str(run.log_path), "--task",
+                           str(tmp_path / "tasks.jsonl"), "--no-write"], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["grade"]["fail_to_pass"] == {"test_pkg.py::test_add": "passed"}
+    assert run.log_path.stat().st_size == size
+    wrong = subprocess.run([sys.executable, "-m", "training.replay", str(run.log_path), "--task",
+                            str(tmp_path / "tasks.jsonl"), "--instance", "nope"], capture_output=True, text=True,
+                           cwd=ROOT, env=env, timeout=120)
+    assert wrong.returncode == 2 and "no task 'nope'" in json.loads(wrong.stdout)["error"]
+
+
+def test_run_command_line_refuses_unknown_instances(setting, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        run_main([str(tmp_path / "tasks.jsonl"), "--instance", "visible", "--instance", "nope"])
+    assert exit_.value.code == 2 and "no task ['nope']" in capsys.readouterr().err
