@@ -402,7 +402,7 @@ def score(records: list[dict[str, Any]], grade: TaskGrade | None = None,
     else:
         status, reward, why = "scored", round(sum(terms.values()), 6), None
     return Reward(reward, status, success, eff, eff_score, claims, malformed,
-                  {k: round(v, 6) for k, v in terms.items()}, w, why)
+                  {k: round(v, 6) + 0.0 for k, v in terms.items()}, w, why)
 
 
 def editor_reward(records: list[dict[str, Any]]) -> float | None:
