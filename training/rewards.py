@@ -32,7 +32,8 @@ Definitions, over fields both session log versions have:
   turns           model_call records (one per policy call; a user turn has several)
   tool calls      tool_call records; parallel ones share their `group` with another call
   tokens          model_call usage: prompt_tokens, completion_tokens
-  wall            from the session header's time to the last record before the first outcome
+  wall            from the session header's time to its last record, not counting outcome and
+                  final_diff records (they may be written long after: a grade, a verdict)
   malformed       a tool_call to a tool the header does not offer, or whose arguments are not a
                   JSON object matching that tool's schema; plus tool-call blocks the parser could
                   not read at all (`dropped_blocks`: v2's explicit field, else v1's `[harness]`
@@ -111,23 +112,21 @@ class Efficiency:
         return self.completion_tokens / self.model_s if self.model_s > 0 else None
 
 
-def _session_span(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records of the session itself: up to the first outcome (later ones came after it)."""
-    end = next((i for i, r in enumerate(records) if r.get("type") == "outcome"), len(records))
-    return records[:end]
+_AFTERWARDS = ("outcome", "final_diff")
+"""Records that may be written after the work they describe (a grade, a rollout's diff, the next
+session's verdict): their times do not count towards the session's wall time."""
 
 
 def efficiency(records: list[dict[str, Any]]) -> Efficiency:
     """Turns, tool calls, parallelism, tokens and time of a session."""
-    span = _session_span(records)
-    calls = [r for r in span if r.get("type") == "model_call"]
-    tools = [r for r in span if r.get("type") == "tool_call"]
+    calls = [r for r in records if r.get("type") == "model_call"]
+    tools = [r for r in records if r.get("type") == "tool_call"]
     groups: dict[Any, int] = {}
     for record in tools:
         groups[record.get("group")] = groups.get(record.get("group"), 0) + 1
     parallel = sum(1 for r in tools if r.get("group") is not None and groups[r.get("group")] > 1)
     usage = [r.get("usage") or {} for r in calls]
-    times = [r["time"] for r in span if isinstance(r.get("time"), int | float)]
+    times = [r["time"] for r in records if isinstance(r.get("time"), int | float) and r.get("type") not in _AFTERWARDS]
     return Efficiency(
         turns=len(calls), tool_calls=len(tools), parallel_calls=parallel,
         prompt_tokens=sum(int(u.get("prompt_tokens") or 0) for u in usage),
@@ -256,7 +255,7 @@ class Claims:
 
 def final_message(records: list[dict[str, Any]]) -> str:
     """The agent's last words: the last model call's text."""
-    calls = [r for r in _session_span(records) if r.get("type") == "model_call"]
+    calls = [r for r in records if r.get("type") == "model_call"]
     return str(calls[-1].get("text") or "") if calls else ""
 
 
@@ -321,8 +320,8 @@ def _file_claims(sentence: str, ev: _Evidence) -> list[Claim]:
 def unsupported_claims(records: list[dict[str, Any]]) -> Claims:
     """The claims of the final message and whether the log backs each (module docstring)."""
     text = final_message(records)
-    ev = _evidence(_session_span(records))
-    tests_ok = passing_test_after_last_edit(_session_span(records))
+    ev = _evidence(records)
+    tests_ok = passing_test_after_last_edit(records)
     claims: list[Claim] = []
     for sentence in (s.strip() for s in _SENTENCES.split(text)):
         plain = _BENIGN.sub("", sentence)

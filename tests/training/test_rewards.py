@@ -117,12 +117,18 @@ def test_efficiency_and_parallelism_count_only_on_correct_runs():
     assert efficiency_score(eff, w) == pytest.approx(1 - (1 + 1 + (len(records) - 1) / 1000) / 3)
 
 
-def test_wall_time_ends_where_later_outcomes_begin():
+def test_records_written_afterwards_do_not_stretch_wall_time_and_turns_all_count():
     log = fix_run()
     before = efficiency(log.records).wall_s
+    log.add("final_diff", diff="")
     log.add("outcome", signal="task_resolved", value=True, detail={})
     log.records[-1]["time"] += 5000  # appended long after the session ended
+    log.records[-2]["time"] += 4000
     assert efficiency(log.records).wall_s == before
+    # an editor session: a signal at the end of the first turn, then a second turn
+    log.add("user_message", text="and now?").model(calls=1).tool("read_file", "g7", path="a.py").model("All done.")
+    eff = efficiency(log.records)
+    assert eff.turns == 6 and eff.tool_calls == 5 and eff.wall_s == len(log.records) - 1
 
 
 def test_malformed_tool_calls_v1_evidence():
