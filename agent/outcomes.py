@@ -236,11 +236,12 @@ def undo_signal(checkpoint_id: str) -> dict[str, Any]:
             "detail": {"checkpoint_id": checkpoint_id}}
 
 
-def settle_previous_session(workspace: Path, read_text: Callable[[str], str | None], *, exclude: str,
+def settle_previous_session(workspace: Path, read_text: Callable[[str], str | None], *,
                             log_dir: Path | None = None) -> Path | None:
-    """Writes edit_kept signals into the latest earlier session of `workspace` (not `exclude`)
-    that has final diffs and no edit_kept yet; returns its log path, None when there was none."""
-    earlier = [s for s in list_sessions(workspace, log_dir) if s.session_id != exclude]
+    """Writes edit_kept signals into the latest session of `workspace` logged so far (call it
+    before the new session's log is opened) when it has final diffs and no edit_kept yet;
+    returns its log path, None when nothing was written."""
+    earlier = list_sessions(workspace, log_dir)
     if not earlier:
         return None
     path = earlier[-1].path

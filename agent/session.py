@@ -120,7 +120,7 @@ def _settle_previous(root: Path, workspace: Workspace, log_dir: Path | None) -> 
             return ""
 
     try:
-        settle_previous_session(root, read_text, exclude="", log_dir=log_dir)
+        settle_previous_session(root, read_text, log_dir=log_dir)
     except (OSError, ValueError) as err:  # never stops a new session
         logger.warning("could not judge the previous session in %s: %s", root, err)
 
