@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from add_task import add_task_line
 from scripted_policy import ScriptedPolicy, calls
 
 from agent.policy import Reply
@@ -27,13 +28,10 @@ from training.replay import replay_session
 from training.rewards import score
 from training.run import RunConfig, run_task, run_tasks
 from training.run import main as run_main
-from training.tasks import DEFAULT_TEST_CMD, Task, load_tasks
+from training.tasks import Task, load_tasks
 
-BUG = ("diff --git a/pkg/__init__.py b/pkg/__init__.py\n--- a/pkg/__init__.py\n+++ b/pkg/__init__.py\n"
-       "@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a + b\n+    return a - b\n")
 HIDDEN = ("diff --git a/test_hidden.py b/test_hidden.py\nnew file mode 100644\n--- /dev/null\n+++ b/test_hidden.py\n"
           "@@ -0,0 +1,4 @@\n+from pkg import add\n+\n+def test_add_hidden():\n+    assert add(2, 3) == 5\n")
-TEST_CMD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 " + DEFAULT_TEST_CMD
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -43,18 +41,10 @@ FIX = [calls(("edit_file", {"path": "pkg/__init__.py", "old_string": "a - b", "n
 
 
 def make_tasks(tmp_path: Path) -> list[Task]:
-    src = tmp_path / "src"
-    (src / "pkg").mkdir(parents=True)
-    (src / "pkg" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
-    (src / "test_pkg.py").write_text("from pkg import add\n\ndef test_add():\n    assert add(2, 3) == 5\n\n"
-                                     "def test_zero():\n    assert add(0, 0) == 0\n")
-    common = {"problem_statement": "add(2, 3) gives -1", "source": {"kind": "dir", "path": "src", "patch": BUG},
-              "test_cmd": TEST_CMD}
-    lines = [common | {"instance_id": "visible", "FAIL_TO_PASS": ["test_pkg.py::test_add"],
-                       "PASS_TO_PASS": ["test_pkg.py::test_zero"]},
-             common | {"instance_id": "hidden", "FAIL_TO_PASS": ["test_hidden.py::test_add_hidden"],
-                       "PASS_TO_PASS": ["test_pkg.py::test_zero"], "test_patch": HIDDEN},
-             common | {"instance_id": "broken-setup", "FAIL_TO_PASS": ["test_pkg.py::test_add"], "setup": ["exit 3"]}]
+    lines = [add_task_line(tmp_path, instance_id="visible"),
+             add_task_line(tmp_path, instance_id="hidden", FAIL_TO_PASS=["test_hidden.py::test_add_hidden"],
+                           test_patch=HIDDEN),
+             add_task_line(tmp_path, instance_id="broken-setup", setup=["exit 3"])]
     path = tmp_path / "tasks.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return load_tasks(path)
