@@ -332,7 +332,8 @@ def commit_all(root: Path, message: str) -> str:
 
 def materialize(task: Task, dest: Path, *, cache_dir: Path | None = None) -> Path:
     """Builds the task's starting workspace at `dest` (which must not exist or be empty): the
-    source, then source.patch, committed. Setup commands are separate (`run_setup`)."""
+    source, then source.patch, committed. Setup commands run separately, when
+    the base is built (`base_spec`)."""
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise TaskError(f"workspace destination {dest} is not empty")
