@@ -83,7 +83,9 @@ def test_nvim_scenario(scenario: str, workspace: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0 and result.get("ok"), (
         f"{scenario} failed (rc {proc.returncode}): {result.get('error')}\n"
         f"--- chat ---\n{result.get('chat')}\n--- nvim output ---\n{proc.stdout}{proc.stderr}")
-    assert result["seconds"] < 10, f"{scenario} took {result['seconds']:.1f} s"
+    # A generous budget for the whole scenario (a few seconds on a quiet machine, so a busy one
+    # stays inside it); each wait in the scenario has its own timeout, and Neovim has 60 s.
+    assert result["seconds"] < 50, f"{scenario} took {result['seconds']:.1f} s"
     assert Path(result["root_dir"]) == workspace, "root_markers found the workspace"
     assert (workspace / "hello.py").read_text() == "print('hello')\n", "edits went to the buffer, not the disk"
     if scenario == "fix":
