@@ -1,0 +1,54 @@
+"""Faults composer-lsp survives, small versions of bench/faults.py (the scenarios are in
+tests/server/fault_scenarios.py): kill -9 of the server mid-turn, the model endpoint dying
+mid-stream, a flood of malformed tool calls, a full disk. Each checks that nothing acknowledged
+is lost and that the turn that met the fault ended with a clear error.
+
+    .venv/bin/python -m pytest -q tests/server/test_faults.py
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from fault_scenarios import (
+    disk_full,
+    endpoint_dies_mid_stream,
+    flood_of_malformed_calls,
+    kill_server_mid_sessions,
+    run_disk_full,
+)
+
+pytestmark = pytest.mark.slow
+
+
+async def test_kill_9_mid_turn_loses_no_acknowledged_record_and_every_session_loads_again(tmp_path):
+    report = await kill_server_mid_sessions(tmp_path, sessions=3)
+    assert report.problems == [], report.checked
+    assert "each session goes on in the new server" in report.checked
+
+
+@pytest.mark.parametrize("how", ["kill", "hangup", "abort"])
+async def test_the_endpoint_dying_mid_stream_fails_the_turn_clearly_and_the_session_goes_on(how, tmp_path):
+    report = await endpoint_dies_mid_stream(tmp_path, how, deaths=1)
+    assert report.problems == [], report.facts
+    assert report.facts["error"].startswith("the turn failed: the stream from http://127.0.0.1:")
+
+
+async def test_a_flood_of_malformed_tool_calls_is_bounded_and_told(tmp_path):
+    report = await flood_of_malformed_calls(tmp_path, calls=20)
+    assert report.problems == [], report.facts
+    assert len(report.checked) >= 8
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap makes the small filesystem (make setup)")
+def test_a_full_disk_fails_the_turn_and_leaves_nothing_half_written():
+    report = run_disk_full(8 * 2**20)
+    assert report.problems == [], report.facts
+    assert "No space left on device" in report.facts["checkpoint_error"]
+    assert "No space left on device" in report.facts["log_error"]
+
+
+async def test_the_disk_full_scenario_refuses_to_fill_a_real_disk(tmp_path):
+    with pytest.raises(ValueError, match="small filesystem of its own"):
+        await disk_full(tmp_path)
