@@ -22,6 +22,7 @@ import asyncio
 import datetime
 import os
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -49,16 +50,33 @@ BASELINE = {
 
 
 async def scenarios(args: argparse.Namespace, tmp: Path) -> list[tuple[str, faults.Report]]:
-    """(kind, report) for each fault, run one after another (each in a folder of its own)."""
-    folder = iter(tmp / str(i) for i in range(100))
+    """(kind, report) for each fault, run one after another, each in a folder of its own; one
+    that raises is a failed row, with the end of its servers' stderr."""
     sessions, deaths, calls, disk = (5, 2, 200, 16) if args.quick else (20, 10, 1000, 64)
+    plan = [("kill", f"{sessions} websocket sessions", lambda d: faults.kill_server_mid_sessions(d, sessions))]
+    plan += [("endpoint", f"{how}, {deaths} deaths", lambda d, how=how: faults.endpoint_dies_mid_stream(d, how, deaths))
+             for how in ("kill", "hangup", "abort")]
+    plan += [("flood", f"{calls} broken calls a step", lambda d: faults.flood_of_malformed_calls(d, calls)),
+             ("disk", f"a {disk} MiB tmpfs", lambda d: asyncio.to_thread(faults.run_disk_full, disk * 2**20, d))]
     runs: list[tuple[str, faults.Report]] = []
-    runs.append(("kill", await faults.kill_server_mid_sessions(next(folder), sessions=sessions)))
-    for how in ("kill", "hangup", "abort"):
-        runs.append(("endpoint", await faults.endpoint_dies_mid_stream(next(folder), how, deaths=deaths)))
-    runs.append(("flood", await faults.flood_of_malformed_calls(next(folder), calls=calls)))
-    runs.append(("disk", await asyncio.to_thread(faults.run_disk_full, disk * 2**20, tmp)))
+    for i, (kind, scale, run) in enumerate(plan):
+        folder = tmp / str(i)
+        folder.mkdir()
+        try:
+            runs.append((kind, await run(folder)))
+        except Exception as err:
+            stderr = "".join(p.read_text()[-1500:] for p in folder.glob("*.err"))
+            runs.append((kind, faults.Report(kind, scale, problems=[f"raised {type(err).__name__}: {err}; {stderr}"])))
     return runs
+
+
+def _time(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _said(message: str) -> str:
+    """An error as the client saw it, temporary paths shortened."""
+    return re.sub(r"/tmp/\S*?/(ws|logs)/", r".../\1/", message)
 
 
 def table(runs: list[tuple[str, faults.Report]]) -> str:
@@ -66,22 +84,22 @@ def table(runs: list[tuple[str, faults.Report]]) -> str:
            "| --- | --- | --- | --- | --- | --- |"]
     for kind, r in runs:
         result = "pass" if not r.problems else "FAIL: " + "; ".join(r.problems[:5])
-        recover = f"{r.recover_s:.2f} s ({RECOVERY[kind]})" if r.recover_s is not None else "-"
+        recover = f"{_time(r.recover_s)} ({RECOVERY[kind]})" if r.recover_s is not None else "-"
         base = r.facts.get("baseline_s")
-        baseline = f"{base:.2f} s ({BASELINE[kind]})" if base is not None else "-"
+        baseline = f"{_time(base)} ({BASELINE[kind]})" if base is not None else "-"
         out.append(f"| {r.fault} | {r.scale} | {'; '.join(r.checked)} | {result} | {recover} | {baseline} |")
     notes = []
     for kind, r in runs:
         if kind == "flood" and "log_kb" in r.facts:
-            notes.append(f"The flood: the turn's last request {r.facts['last_request_kb']:,.0f} KB, its log "
-                         f"{r.facts['log_kb']:,.0f} KB, the server's resident memory +{r.facts['rss_growth_mb']} MB.")
+            notes.append(f"The flood: {_time(r.recover_s / faults.MAX_STEPS)} a step (64 calls run, the rest "
+                         f"refused, each step's reply parsed whole); the turn's last request "
+                         f"{r.facts['last_request_kb']:,.0f} KB, its log {r.facts['log_kb']:,.0f} KB, the "
+                         f"server's resident memory +{r.facts['rss_growth_mb']} MB.")
         if kind == "kill" and "torn_lines" in r.facts:
             notes.append(f"kill -9: {r.facts['torn_lines']} torn last line(s) across the logs (read back by skipping them).")
-        if "error" in r.facts:
-            notes.append(f"{r.fault}: the client is told `{r.facts['error'][:160]}`.")
-        for key in ("checkpoint_error", "log_error"):
+        for key in ("error", "checkpoint_error", "log_error"):
             if key in r.facts:
-                notes.append(f"Disk full: the client is told `{r.facts[key][:200]}`.")
+                notes.append(f"{r.fault}: the client is told `{_said(r.facts[key])}`.")
     return "\n".join(out) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
 
 

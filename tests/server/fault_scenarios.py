@@ -156,7 +156,10 @@ class Peer:
         self.next_id += 1
         future = self.waiting[self.next_id] = asyncio.get_running_loop().create_future()
         await self.ws.send_json({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
-        reply = await asyncio.wait_for(future, timeout)
+        try:
+            reply = await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise TimeoutError(f"no answer to {method} in {timeout:g} s") from None
         if "error" in reply:
             raise RpcError(reply["error"]["message"])
         return reply["result"]
@@ -449,7 +452,7 @@ async def disk_full(root: Path) -> Report:
     if shutil.disk_usage(root).total > MAX_FILL_BYTES:
         raise ValueError(f"{root} is on a {shutil.disk_usage(root).total >> 20} MiB filesystem; disk_full fills "
                          f"its filesystem, so it runs only on a small filesystem of its own (run_disk_full)")
-    report = Report("disk full (ENOSPC)", f"a {shutil.disk_usage(root).total // 1024} KiB tmpfs")
+    report = Report("disk full (ENOSPC)", f"a {shutil.disk_usage(root).total / 2**20:g} MiB tmpfs")
     workspace, logs = root / "ws", root / "logs"
     workspace.mkdir()
     (workspace / "hello.py").write_text("print('hello')\n")
