@@ -208,12 +208,13 @@ async def test_environment_is_scrubbed(ws: Path, monkeypatch: pytest.MonkeyPatch
 
 @pids_contained
 async def test_fork_bomb_is_contained_and_the_harness_keeps_working(ws: Path):
+    bomb_started = time.monotonic()
     bomb = asyncio.create_task(sh(":(){ :|:& };:; sleep 2", ws, timeout_s=4, max_processes=64))
     await asyncio.sleep(0.5)
-    started = time.monotonic()
     assert subprocess.run(["true"]).returncode == 0  # the host can still fork
-    assert time.monotonic() - started < 2
+    forked = time.monotonic()
     result = await bomb
+    assert forked < bomb_started + result.duration_s, "the host forked only once the bomb had ended"
     assert result.duration_s < 8
     assert "fork" in result.output and "Resource temporarily unavailable" in result.output
     after = await sh("echo alive", ws)

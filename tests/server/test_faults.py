@@ -8,6 +8,7 @@ is lost and that the turn that met the fault ended with a clear error.
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -18,6 +19,10 @@ from fault_scenarios import (
     kill_server_mid_sessions,
     run_disk_full,
 )
+from scripted_model import ScriptedModel
+
+from agent.cli import main as composer_agent
+from agent.session_log import read_session
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +38,24 @@ async def test_the_endpoint_dying_mid_stream_fails_the_turn_clearly_and_the_sess
     report = await endpoint_dies_mid_stream(tmp_path, how, deaths=1)
     assert report.problems == [], report.facts
     assert report.facts["error"].startswith("the turn failed: the stream from http://127.0.0.1:")
+
+
+@pytest.mark.parametrize("how", ["hangup", "abort"])
+def test_composer_agent_run_reports_the_endpoint_dying_mid_answer_as_a_failed_turn(how, tmp_path, monkeypatch, capsys):
+    """The headless client: an answer cut off is an error (exit 1, stopReason "error", the
+    message on stderr, an error record in the log), never a short answer that exits 0."""
+    monkeypatch.setenv("COMPOSER_INDEX", "off")
+    (tmp_path / "repo").mkdir()
+    with ScriptedModel([[{"text": "I will start", "fail": how}]]) as model:
+        code = composer_agent(["run", "--workspace", str(tmp_path / "repo"), "--endpoint", model.url, "--json",
+                               "--model", "scripted", "--log-dir", str(tmp_path / "logs"), "fix it"])
+    out, err = capsys.readouterr()
+    summary = json.loads(out.splitlines()[-1])
+    assert code == 1 and summary["stopReason"] == "error", summary
+    assert summary["error"].startswith("the turn failed: APIConnectionError: the stream from http://127.0.0.1:")
+    assert "the turn failed" in err and "Traceback" not in err
+    (error,) = [r for r in read_session(summary["log"]) if r["type"] == "error"]
+    assert error["kind"] == "APIConnectionError" and error["fatal"] is True
 
 
 async def test_a_flood_of_malformed_tool_calls_is_bounded_and_told(tmp_path):
