@@ -9,7 +9,6 @@ is lost and that the turn that met the fault ended with a clear error.
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 from fault_scenarios import (
@@ -64,8 +63,8 @@ async def test_a_flood_of_malformed_tool_calls_is_bounded_and_told(tmp_path):
     assert len(report.checked) >= 8
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap makes the small filesystem (make setup)")
 def test_a_full_disk_fails_the_turn_and_leaves_nothing_half_written():
+    """On an 8 MiB tmpfs that bubblewrap (installed by make setup) makes: without it this fails."""
     report = run_disk_full(8 * 2**20)
     assert report.problems == [], report.facts
     assert "No space left on device" in report.facts["checkpoint_error"]
