@@ -9,7 +9,10 @@ workspace can be restored to any step, shell changes included.
     agent = Agent(policy, registry, ctx, system=system_prompt(root), events=sink, log=log)
     result = await agent.run_turn("fix the failing test")      # cancel the task to stop it
 
-Stop reasons are ACP's: end_turn, max_turn_requests, max_tokens, cancelled, refusal.
+Stop reasons are ACP's: end_turn, max_turn_requests, max_tokens, cancelled, refusal. A turn that
+fails (the model endpoint dies, the disk fills) logs an `error` record and raises; either way the
+conversation stays whole (every call of the last reply has a result) for the next turn. Broken
+calls cost one bounded note a step, and at most `max_calls_per_step` calls of a reply run.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ from agent.tools.base import ToolContext, ToolRegistry, ToolResult, truncate
 from model.toolcalls import ToolCall
 
 SHORTENED_NOTE = "\n[older tool output shortened to save context; call the tool again if you need it]"
+MAX_ERRORS_SHOWN = 5
+"""Malformed tool calls of one reply described to the model; the rest are counted."""
+MAX_ERROR_CHARS = 300
+"""Each description is cut to this (it may quote what the model sent)."""
 
 
 @dataclass(kw_only=True)
@@ -43,6 +50,8 @@ class LoopConfig:
     """The turn's final diff is cut to this in the session log."""
     shortened_chars: int = 400
     """What is kept of an old tool result when the context fills up."""
+    max_calls_per_step: int = 64
+    """Tool calls run from one model reply; more are dropped, and the model is told."""
 
 
 @dataclass
@@ -86,6 +95,44 @@ class _WriteLocks:
                 else:
                     self._writers -= 1
                 self._changed.notify_all()
+
+
+def _harness_note(errors: list, dropped: int, max_calls: int) -> str:
+    """What the model is told about calls of its reply that did not run: malformed ones (the
+    first few, each cut short: a flood of them costs one bounded message) and the `dropped`
+    ones past the per-reply limit. "" when every call ran."""
+    notes = []
+    if errors:
+        shown = "; ".join(e.message[:MAX_ERROR_CHARS] for e in errors[:MAX_ERRORS_SHOWN])
+        more = f" (and {len(errors) - MAX_ERRORS_SHOWN} more)" if len(errors) > MAX_ERRORS_SHOWN else ""
+        notes.append(f"{len(errors)} tool call(s) could not be read: {shown}{more}. Nothing was run for "
+                     "them; send them again as valid JSON.")
+    if dropped:
+        notes.append(f"{dropped} tool call(s) past the first {max_calls} of one message were not "
+                     f"run; send at most {max_calls} at a time.")
+    return "[harness] " + " ".join(notes) if notes else ""
+
+
+def answer_unanswered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A turn cut off (a crash, a cancel, a failure) can leave calls with no result; chat formats
+    need a result per call (strict servers refuse the conversation otherwise), so those get one
+    saying what happened."""
+    out: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
+    for message in messages:
+        if message["role"] != "tool" and pending:
+            out.extend({"role": "tool", "tool_call_id": c.get("id", ""), "name": c["function"]["name"],
+                        "content": "Error: the turn ended before this call ran"} for c in pending)
+            pending = []
+        out.append(message)
+        if message["role"] == "assistant":
+            pending = list(message.get("tool_calls") or [])
+        elif message["role"] == "tool":
+            pending = [c for c in pending if c.get("id") != message["tool_call_id"]]
+    if pending:
+        out.extend({"role": "tool", "tool_call_id": c.get("id", ""), "name": c["function"]["name"],
+                    "content": "Error: the turn ended before this call ran"} for c in pending)
+    return out
 
 
 def tool_title(name: str, arguments: Any) -> str:
@@ -150,7 +197,13 @@ class Agent:
             result.stop_reason = "cancelled"
             self._log("cancelled", by="client", step=result.steps)
             return result
+        except Exception as err:  # the endpoint died, the disk filled: the turn ends with the error
+            with contextlib.suppress(Exception):  # the log itself may be what failed
+                self._log("error", message=f"{type(err).__name__}: {err}", kind=type(err).__name__,
+                          where=f"step {result.steps}", fatal=True)
+            raise
         finally:
+            self.messages[:] = answer_unanswered(self.messages)
             await self.flush_events()
             await self._log_final_diff()
 
@@ -165,7 +218,7 @@ class Agent:
     async def _steps(self, result: TurnResult) -> TurnResult:
         for step in range(self.config.max_steps):
             result.steps = step + 1
-            reply = await self._model_step()
+            reply, dropped = await self._model_step()
             result.replies.append(reply)
             result.text = reply.content
             if reply.finish_reason == "length" and not reply.tool_calls:
@@ -175,10 +228,14 @@ class Agent:
                 return result
             result.tool_calls += len(reply.tool_calls)
             await self._run_calls(reply)
+            if note := _harness_note(reply.tool_call_errors, dropped, self.config.max_calls_per_step):
+                self.messages.append({"role": "user", "content": note})  # after the results, as chat formats need
         result.stop_reason = "max_turn_requests"
         return result
 
-    async def _model_step(self) -> Reply:
+    async def _model_step(self) -> tuple[Reply, int]:
+        """One model call, its message added; with how many of its calls were past the limit
+        (dropped from the reply)."""
         tools = self.tools.openai_tools()
         self._fit_context(tools)
 
@@ -190,6 +247,8 @@ class Agent:
             self.messages, tools, max_tokens=self.config.max_tokens_per_step,
             temperature=self.config.temperature, on_text=on_text,
         )
+        dropped = len(reply.tool_calls[self.config.max_calls_per_step:])
+        del reply.tool_calls[self.config.max_calls_per_step:]
         self._unique_ids(reply.tool_calls)
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if reply.tool_calls:
@@ -207,9 +266,7 @@ class Agent:
             timing={"total_s": round(reply.seconds, 4), "tokens_per_s": round(tokens / max(reply.seconds, 1e-9), 2)},
         )
         self._emit(ev.usage_update(used=reply.prompt_tokens + reply.completion_tokens, size=self.policy.context_window))
-        for error in reply.tool_call_errors:  # malformed calls: tell the model, so it can retry
-            self.messages.append({"role": "user", "content": f"[harness] {error.message}. Nothing was run for it; send the call again as valid JSON."})
-        return reply
+        return reply, dropped
 
     def _unique_ids(self, calls: list[ToolCall]) -> None:
         """Tool call ids unique in the session, as ACP wants: models and servers often number
@@ -357,14 +414,19 @@ class Agent:
         return content
 
     def _fit_context(self, tools: list[dict]) -> None:
-        """Shortens the oldest tool results until the prompt leaves room for the answer."""
+        """Shortens the oldest tool results until the prompt leaves room for the answer. The
+        prompt is counted once, then lowered by what each shortening saves: linear in the
+        conversation, however long (counting it whole per message was quadratic)."""
         budget = self.policy.context_window - self.config.max_tokens_per_step
+        used = self.policy.count_tokens(self.messages, tools)
         for message in self.messages:
-            if self.policy.count_tokens(self.messages, tools) <= budget:
+            if used <= budget:
                 return
             content = message.get("content") or ""
             if message["role"] == "tool" and len(content) > self.config.shortened_chars and not content.endswith(SHORTENED_NOTE):
+                before = self.policy.count_tokens([message], [])
                 message["content"] = content[: self.config.shortened_chars] + SHORTENED_NOTE
+                used -= before - self.policy.count_tokens([message], [])
 
     def _emit(self, update: dict) -> None:
         """Sends an update without blocking the caller, in order: each send waits for the last."""

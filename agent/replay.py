@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from agent import events as ev
-from agent.loop import tool_title
+from agent.loop import answer_unanswered, tool_title
 from agent.tools.base import ToolRegistry
 
 
@@ -81,28 +81,7 @@ def conversation(records: Iterable[dict[str, Any]], system: str) -> list[dict[st
                 content = f"Error: {record['error']}" + (f"\n{content}" if content else "")
             messages.append({"role": "tool", "tool_call_id": record["call_id"], "name": record["name"],
                              "content": content})
-    return _drop_unanswered(messages)
-
-
-def _drop_unanswered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A turn cut off by a crash or cancel can leave calls with no result; the chat format
-    needs a result per call, so those get one saying what happened."""
-    out: list[dict[str, Any]] = []
-    pending: list[dict[str, Any]] = []
-    for message in messages:
-        if message["role"] != "tool" and pending:
-            out.extend({"role": "tool", "tool_call_id": c.get("id", ""), "name": c["function"]["name"],
-                        "content": "Error: the turn ended before this call ran"} for c in pending)
-            pending = []
-        out.append(message)
-        if message["role"] == "assistant":
-            pending = list(message.get("tool_calls") or [])
-        elif message["role"] == "tool":
-            pending = [c for c in pending if c.get("id") != message["tool_call_id"]]
-    if pending:
-        out.extend({"role": "tool", "tool_call_id": c.get("id", ""), "name": c["function"]["name"],
-                    "content": "Error: the turn ended before this call ran"} for c in pending)
-    return out
+    return answer_unanswered(messages)
 
 
 def session_title(records: Iterable[dict[str, Any]]) -> str | None:

@@ -21,7 +21,8 @@ Where: `$COMPOSER_LOG_DIR/<workspace-slug>/<session-id>.jsonl`, else
 Guarantees: files are only ever appended to (O_APPEND, one write per record, so a record is in
 the kernel once `write` returns and survives a crash of the process; fsync at close); a record
 torn by a crash is skipped by the reader with a warning, and a writer that reopens the file
-first ends the torn line so later records stay readable. Strings are redacted
+first ends the torn line so later records stay readable. A record the disk has no room for
+raises SessionLogError and is cut back off the file (no half record is left). Strings are redacted
 (agent/redact.py) before they are written; token ids are not (they are what training needs).
 Records are validated against the schema when `validate=True`, when $COMPOSER_LOG_VALIDATE=1, or
 under pytest, so every test that writes a log checks it.
@@ -29,6 +30,7 @@ under pytest, so every test that writes a log checks it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -65,7 +67,8 @@ _NOT_REDACTED = frozenset({"type", "session_id", "call_id", "model_call_id", "me
 
 
 class SessionLogError(ValueError):
-    """A record that does not match the schema, or a log that cannot be opened as asked."""
+    """A record that does not match the schema, a log that cannot be opened as asked, or a
+    record that could not be written (a full disk)."""
 
 
 class SessionLogWarning(UserWarning):
@@ -287,9 +290,15 @@ class SessionLog:
         if self.validate:
             validate_record(record)
         data = _encode(record)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view):]
+        view, size = memoryview(data), os.fstat(self._fd).st_size
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+        except OSError as err:  # ENOSPC, EDQUOT, EIO: no half record is left to break readers
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, size)
+            raise SessionLogError(f"session log {self.path}: could not append a {type!r} record: {err}; "
+                                  "the records before it are intact") from err
         self._seq += 1
         return record
 

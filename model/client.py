@@ -485,8 +485,10 @@ class OpenAICompatibleClient:
         return data
 
     async def _events(self, response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
-        """The JSON objects of a server-sent event stream, up to `data: [DONE]`."""
-        buffer = b""
+        """The JSON objects of a server-sent event stream, up to `data: [DONE]`. A stream that
+        ends before either [DONE] or a finish_reason was cut off (the server died or hung up):
+        APIConnectionError, not a silently shortened answer."""
+        buffer, finished = b"", False
         try:
             async for piece in response.content.iter_any():
                 buffer += piece
@@ -497,9 +499,14 @@ class OpenAICompatibleClient:
                         continue
                     if data == "[DONE]":
                         return
-                    yield _event_json(data)
+                    event = _event_json(data)
+                    finished = finished or _finishes(event)
+                    yield event
         except (aiohttp.ClientError, TimeoutError) as err:
             raise APIConnectionError(f"the stream from {response.url} broke: {type(err).__name__}: {err}") from err
+        if not finished:
+            raise APIConnectionError(f"the stream from {response.url} ended mid-answer (no finish_reason, "
+                                     "no [DONE]): the server stopped or hung up")
 
 
 def _sse_data(line: bytes) -> str | None:
@@ -517,6 +524,12 @@ def _event_json(data: str) -> dict[str, Any]:
     if isinstance(event, dict) and isinstance(event.get("error"), dict | str):
         raise _error_from_body(None, data)  # an error after the stream began
     return event
+
+
+def _finishes(event: Any) -> bool:
+    """Whether a chunk carries a choice's finish_reason (the answer is complete)."""
+    choices = event.get("choices") if isinstance(event, dict) else None
+    return any(isinstance(c, dict) and c.get("finish_reason") for c in choices or [])
 
 
 def _plain_message(message: Mapping[str, Any]) -> dict[str, Any]:
