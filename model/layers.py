@@ -139,8 +139,10 @@ class Attention(nn.Module):
         cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None,
         positions_BS: torch.Tensor | None = None,
         attend_len: int = 0,
+        attn_mask_B1SS: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Without a cache: causal attention over x. With one, (keys, values, write_at_BS) for
+        """Without a cache: causal attention over x, or, given `attn_mask_B1SS` (bool, True =
+        visible), exactly that mask (packed rows whose samples share a prefix). With one, (keys, values, write_at_BS) for
         this call's rows: writes the new keys/values at `write_at_BS` (default `positions_BS`)
         and attends to the first `attend_len` cached positions, each query seeing only
         positions up to its own. Redirecting a write past `attend_len` discards it (padding)."""
@@ -157,7 +159,8 @@ class Attention(nn.Module):
         q_BHSDh = q.transpose(1, 2)
         if cache is None:
             out = F.scaled_dot_product_attention(
-                q_BHSDh, k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=True
+                q_BHSDh, k.transpose(1, 2), v.transpose(1, 2), attn_mask=attn_mask_B1SS,
+                is_causal=attn_mask_B1SS is None, enable_gqa=True,
             )
         else:
             assert positions_BS is not None

@@ -48,9 +48,10 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.moe = MoE(config)
 
-    def forward(self, x_BSD, rope, cache=None, positions_BS=None, attend_len=0, given_experts_BSk=None):
+    def forward(self, x_BSD, rope, cache=None, positions_BS=None, attend_len=0, given_experts_BSk=None,
+                attn_mask_B1SS=None):
         """Returns (x_BSD, experts_BSk, router_logits_BSE or None)."""
-        x_BSD = x_BSD + self.attn(self.attn_norm(x_BSD), rope, cache, positions_BS, attend_len)
+        x_BSD = x_BSD + self.attn(self.attn_norm(x_BSD), rope, cache, positions_BS, attend_len, attn_mask_B1SS)
         B, S, D = x_BSD.shape
         given_Nk = None if given_experts_BSk is None else given_experts_BSk.reshape(B * S, -1)
         y_ND, experts_Nk, logits_NE = self.moe(self.ffn_norm(x_BSD).view(B * S, D), given_Nk)
@@ -104,6 +105,7 @@ class Transformer(nn.Module):
         given_experts_BSLk: torch.Tensor | None = None,
         return_router_logits: bool = False,
         gradient_checkpointing: bool = False,
+        attention_mask_B1SS: torch.Tensor | None = None,
     ) -> ForwardOutput:
         """`cache` with `positions_BS` and `attend_len`: incremental decoding into the cache rows
         `rows` (default the first B); `write_at_BS` redirects cache writes (see Attention).
@@ -113,7 +115,9 @@ class Transformer(nn.Module):
         Training: `given_experts_BSLk` (B, S, L, k) integer experts per position and layer
         replace the router's choice (-1 on a whole (position, layer): the router's own);
         `return_router_logits` fills `router_logits_BSLE`; `gradient_checkpointing` recomputes
-        each block in the backward pass (no cache)."""
+        each block in the backward pass (no cache); `attention_mask_B1SS` (bool, True = visible)
+        replaces the causal mask, for rows that pack several samples behind one shared prefix
+        (training/batch.py's `attention_mask`; no cache)."""
         B, S = input_ids_BS.shape
         if positions_BS is None:
             positions_BS = torch.arange(S, device=input_ids_BS.device).expand(B, S)
@@ -124,6 +128,8 @@ class Transformer(nn.Module):
             self._check_given_experts(given_experts_BSLk, B, S)
         if gradient_checkpointing and cache is not None:
             raise ValueError("gradient checkpointing is for training forwards; it takes no KV cache")
+        if attention_mask_B1SS is not None and cache is not None:
+            raise ValueError("an attention mask is for training forwards; it takes no KV cache")
         x_BSD = self.embed(input_ids_BS)
         rope = self.rotary(positions_BS, x_BSD.dtype)
         routing, router_logits = [], []
@@ -135,10 +141,12 @@ class Transformer(nn.Module):
             given = None if given_experts_BSLk is None else given_experts_BSLk[:, :, i]
             if gradient_checkpointing and torch.is_grad_enabled():
                 x_BSD, experts_BSk, logits_BSE = checkpoint(
-                    layer, x_BSD, rope, None, positions_BS, attend_len, given, use_reentrant=False
+                    layer, x_BSD, rope, None, positions_BS, attend_len, given, attention_mask_B1SS, use_reentrant=False
                 )
             else:
-                x_BSD, experts_BSk, logits_BSE = layer(x_BSD, rope, layer_cache, positions_BS, attend_len, given)
+                x_BSD, experts_BSk, logits_BSE = layer(
+                    x_BSD, rope, layer_cache, positions_BS, attend_len, given, attention_mask_B1SS
+                )
             routing.append(experts_BSk)
             router_logits.append(logits_BSE)
         if logits_at is not None:

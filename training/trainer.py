@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from model.config import ModelConfig
 from model.transformer import Transformer
-from training.batch import MicroBatch, PreparedBatch, micro_batches, prepare, shard
+from training.batch import MicroBatch, PreparedBatch, attention_mask, micro_batches, prepare, shard
 from training.buffer import Group
 from training.config import RLConfig, TrainModelConfig
 from training.lora import adapters_disabled, add_lora
@@ -107,7 +107,7 @@ class Trainer:
         counts = self._all_reduce([batch.policy_tokens, batch.sft_tokens])
         loss_counts = LossCounts(int(counts[0]), int(counts[1]))
         self.optimizer.zero_grad(set_to_none=True)
-        mbs = micro_batches(batch, cfg.train.micro_batch_tokens, share_prefixes=False)
+        mbs = micro_batches(batch, cfg.train.micro_batch_tokens)
         rounds = int(self._all_reduce([len(mbs)], op=dist.ReduceOp.MAX)[0]) if self.group is not None else len(mbs)
         # FSDP averages gradients over ranks; the loss is already a sum over the whole batch.
         scale = dist.get_world_size(self.group) if self.group is not None else 1
@@ -150,9 +150,10 @@ class Trainer:
                     if self.config.model.autocast_bf16 else nullcontext())
         with autocast:
             routing = None if mb.routing_BSLk is None else mb.routing_BSLk.to(device)
+            mask = attention_mask(mb.segments_BS.to(device)) if mb.shared else None
             out = model(mb.input_ids_BS.to(device), positions_BS=mb.position_ids_BS.to(device),
                         logits_at=mb.positions_BP.to(device), given_experts_BSLk=routing,
-                        gradient_checkpointing=self.config.model.gradient_checkpointing)
+                        gradient_checkpointing=self.config.model.gradient_checkpointing, attention_mask_B1SS=mask)
         return selected_logprobs(out.logits, mb.targets_BP.to(device), mb.temperature)
 
     def _clip(self) -> float:

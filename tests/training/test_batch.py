@@ -80,3 +80,55 @@ def test_different_routes_end_the_shared_prefix():
     batch = prepare([Group(0, 0, [sample([*prompt, 1], 5, routing=r1), sample([*prompt, 2], 5, 0.0, routing=r2)])],
                     LossConfig(), BufferConfig(), 20)
     assert plan_rows(batch, budget=100)[0].prefix == 2
+
+
+def _target_logprobs(trainer, mbs, batch) -> dict[tuple[int, int], torch.Tensor]:
+    """(sample index, target index) -> the trainer's logprob, from micro-batches of either layout."""
+    out = {}
+    for mb in mbs:
+        logp = trainer.token_logprobs(trainer.model, mb)
+        for b in range(mb.input_ids_BS.shape[0]):
+            for p in range(mb.positions_BP.shape[1]):
+                if mb.valid_BP[b, p]:
+                    pos = int(mb.positions_BP[b, p])
+                    target = int(mb.position_ids_BS[b, pos]) + 1
+                    tokens = int(mb.targets_BP[b, p])
+                    owner = next(i for i, s in enumerate(batch.samples)
+                                 if len(s.tokens) > target and s.tokens[target] == tokens
+                                 and s.tokens[:target] == _inputs(mb, b, pos))
+                    out[owner, target] = logp[b, p]
+    return out
+
+
+def _inputs(mb, b: int, pos: int) -> list[int]:
+    """The tokens position `pos` of row b sees: the shared prefix, then its own segment."""
+    seg = mb.segments_BS[b]
+    keep = [i for i in range(pos + 1) if int(seg[i]) in (0, int(seg[pos]))]
+    return [int(mb.input_ids_BS[b, i]) for i in keep]
+
+
+def test_shared_prefix_rows_give_the_logprobs_and_gradients_of_separate_rows(one_thread):
+    from model.config import ModelConfig
+    from model.transformer import Transformer
+    from training.config import debug
+    from training.trainer import Trainer
+
+    prompt = list(range(40, 60))
+    gen = torch.Generator().manual_seed(0)
+    samples = [sample(prompt + torch.randint(0, 256, (n,), generator=gen).tolist(), len(prompt), reward=float(i % 2))
+               for i, n in enumerate((7, 12, 4))]
+    batch = prepare([Group(0, 20, samples)], LossConfig(), BufferConfig(), 20)
+    results = []
+    for share in (True, False):
+        trainer = Trainer(debug(), Transformer(ModelConfig.debug()).init_weights(seed=3))
+        mbs = micro_batches(batch, 4096, share_prefixes=share)
+        assert any(mb.shared for mb in mbs) == share
+        logprobs = _target_logprobs(trainer, mbs, batch)
+        sum(logprobs.values()).backward()
+        results.append((logprobs, {n: p.grad.clone() for n, p in trainer.model.named_parameters()}))
+    (shared, shared_grads), (separate, separate_grads) = results
+    assert shared.keys() == separate.keys() and len(shared) == 7 + 12 + 4
+    for key in shared:
+        torch.testing.assert_close(shared[key], separate[key], atol=1e-5, rtol=1e-5)
+    for name in shared_grads:
+        torch.testing.assert_close(shared_grads[name], separate_grads[name], atol=1e-5, rtol=1e-4)
