@@ -241,14 +241,18 @@ def _submit(state: ServerState, prompt: list[int], params: Any) -> _Generation:
         raise ProtocolError(str(err), "messages", code="context_length_exceeded") from None
 
 
+def check_model(state: ServerState, name: str) -> None:
+    if name != state.model_name:
+        raise ProtocolError(
+            f"Invalid 'model': the model '{name}' does not exist; this server serves "
+            f"'{state.model_name}'.", "model", code="model_not_found", status=404,
+        )
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     chat = parse_chat_request(await _read_body(request))
-    if chat.model != state.model_name:
-        raise ProtocolError(
-            f"Invalid 'model': the model '{chat.model}' does not exist; this server serves "
-            f"'{state.model_name}'.", "model", code="model_not_found", status=404,
-        )
+    check_model(state, chat.model)
     prompt, params = _prepare(state, chat)
     meta = ResponseMeta(model=state.model_name)
     state.in_flight += 1

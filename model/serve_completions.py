@@ -38,6 +38,7 @@ from model.serve import (
     _Generation,
     _json_response,
     _read_body,
+    check_model,
     log,
     stream_events,
 )
@@ -62,11 +63,7 @@ def _prompt_ids(state: ServerState, req: CompletionRequest) -> list[int]:
 async def completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     req = parse_completion_request(await _read_body(request))
-    if req.model != state.model_name:
-        raise ProtocolError(
-            f"Invalid 'model': the model '{req.model}' does not exist; this server serves "
-            f"'{state.model_name}'.", "model", code="model_not_found", status=404,
-        )
+    check_model(state, req.model)
     prompt = _prompt_ids(state, req)
     try:
         params = req.sampling_params(min(req.max_tokens, state.engine.max_seq_len - len(prompt)), _constraint(state, req))
