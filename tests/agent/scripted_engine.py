@@ -7,14 +7,19 @@ engine itself saw and sampled.
     policy = EnginePolicy(engine)
     ...
     engine.seen       # [(prompt ids, completion ids), ...] per request
+
+`Echo` is a tool that returns what it is told, so a test chooses every tool output.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
+from agent.tools.base import ToolResult, ToolSpec
 from model.sequence import Completion, StreamEvent
 
 LAYERS, TOP_K = 2, 2
@@ -61,3 +66,23 @@ class ScriptedEngine:
         on_done(Completion(list(prompt_ids), list(ids), text, [-0.5] * len(ids), [], finish, routing, 0.0, 0.0,
                            forced=list(forced)))
         return lambda: None
+
+
+class Echo:
+    """Returns its `out` argument: the tool output the test chose."""
+
+    spec = ToolSpec("echo", "says what it is told", {"type": "object", "properties": {
+        "out": {"type": "string"}, "n": {"type": "integer"}}}, read_only=True)
+
+    def paths(self, args):
+        return []
+
+    async def run(self, args: dict, ctx: Any) -> ToolResult:
+        return ToolResult(output=args.get("out", ""))
+
+
+def echo_call(tokenizer, out: str, text: str = "") -> list[int]:
+    """A completion's ids: `text`, one echo call, the end-of-turn token."""
+    arguments = json.dumps({"out": out})
+    block = f'<tool_call>\n{{"name": "echo", "arguments": {arguments}}}\n</tool_call>'
+    return [*tokenizer.encode(text + block), tokenizer.eos_token_id]

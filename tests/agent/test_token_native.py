@@ -15,16 +15,19 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scripted_engine import ScriptedEngine, routing_of  # tests/agent is no package: on sys.path
+from scripted_engine import (  # tests/agent is no package: on sys.path
+    Echo,
+    ScriptedEngine,
+    routing_of,
+)
 
 from agent.loop import Agent, LoopConfig
 from agent.policy import EnginePolicy
 from agent.session_log import SessionLog, read_session
-from agent.tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
+from agent.tools.base import ToolContext, ToolRegistry
 from agent.workspace import Workspace
 from model.toolcalls import parse_tool_calls
 from training.trajectories import session_segments
@@ -34,20 +37,6 @@ TOOL_TEXT = st.lists(st.sampled_from([*"ab yz019{}[]\":,\\\t\r\n", "\r\n", "é",
                      max_size=30).map("".join)
 MODEL_TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Co")), max_size=24).filter(
     lambda t: "<" not in t and "REDACTED" not in t)
-
-
-class Echo:
-    """Returns its `out` argument: the tool output the test chose."""
-
-    spec = ToolSpec("echo", "says what it is told", {"type": "object", "properties": {"out": {"type": "string"},
-                                                                                     "n": {"type": "integer"}}},
-                    read_only=True)
-
-    def paths(self, args):
-        return []
-
-    async def run(self, args: dict, ctx: Any) -> ToolResult:
-        return ToolResult(output=args.get("out", ""))
 
 
 @st.composite
