@@ -217,16 +217,16 @@ class Agent:
             if chunk:
                 self._emit(ev.agent_message_chunk(chunk))
 
-        sampler: dict[str, Any] = {}
+        options: dict[str, Any] = {}  # only what a policy must know: text-only test doubles take none
         if self.config.top_p != 1.0:
-            sampler["top_p"] = self.config.top_p
+            options["top_p"] = self.config.top_p
         if self.config.seed is not None:
-            sampler["seed"] = self.config.seed + self._model_calls
+            options["seed"] = self.config.seed + self._model_calls
         if prompt is not None:
-            sampler["prompt_ids"] = prompt.ids
+            options["prompt_ids"] = prompt.ids
         reply = await self.policy.complete(
             self.messages, tools, max_tokens=self.config.max_tokens_per_step,
-            temperature=self.config.temperature, on_text=on_text, **sampler,
+            temperature=self.config.temperature, on_text=on_text, **options,
         )
         if reply.text_only:
             prompt = None

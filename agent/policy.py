@@ -68,6 +68,10 @@ class Reply:
 
 
 class Policy(Protocol):
+    """What the agent loop needs of a model. A token-native policy also has `tokenizer` and
+    `token_native = True`, and its `complete` takes `prompt_ids` (the exact prompt), `top_p` and
+    `seed`; the loop passes those only to policies that need them."""
+
     model_id: str
     context_window: int
 

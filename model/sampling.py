@@ -14,6 +14,7 @@ so training masks it (training/data.py).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,7 +117,7 @@ class Sampler:
         if not constrained:
             return best, False
         # The model's 64 best, then the constraint's own shortest way forward.
-        token = self.params.constraint.first_allowed(logprobs_V.topk(64).indices.tolist(), tokens_left)
+        token = self.params.constraint.first_allowed(_best(logprobs_V), tokens_left)
         return token, token != best
 
     def _sample(self, logprobs_V: torch.Tensor, tokens_left: int, constrained: bool) -> tuple[int, bool]:
@@ -135,15 +136,19 @@ class Sampler:
             if float(probs_V.sum()) <= 0.0:
                 break
         # The model keeps proposing tokens the constraint forbids: take its best allowed one.
-        return constraint.first_allowed(logprobs_V.topk(64).indices.tolist(), tokens_left), True
+        return constraint.first_allowed(_best(logprobs_V), tokens_left), True
+
+
+def _best(logprobs_V: torch.Tensor) -> list[int]:
+    """The model's 64 likeliest tokens, best first."""
+    return logprobs_V.topk(min(64, logprobs_V.numel())).indices.tolist()
 
 
 def _only_allowed(constraint: Any, token: int, logprobs_V: torch.Tensor, tokens_left: int) -> bool:
     """Whether `token` is the one token the constraint allows now. The model's likeliest tokens
     are tried first, so the usual answer (another is allowed) comes after a few checks; only a
     state that admits a single token scans the whole vocabulary."""
-    candidates = logprobs_V.topk(min(64, logprobs_V.numel())).indices.tolist()
-    for other in (*candidates, *range(len(constraint.table))):
+    for other in itertools.chain(_best(logprobs_V), range(len(constraint.table))):
         if other != token and constraint.is_allowed(other, tokens_left):
             return False
     return True

@@ -7,8 +7,9 @@ and vLLM render it.
     ids = tok.encode_chat([{"role": "user", "content": "hi"}])
     stream = tok.incremental_decoder()
     text = "".join(stream.feed(i) for i in ids) + stream.flush()
+    completion = [...]                               # the ids the model sampled after `ids`
     more = tok.encode_continuation([{"role": "tool", "content": "ok"}], last_token=completion[-1])
-    next_prompt = ids + completion + more        # token-native: old turns are never re-rendered
+    next_prompt = ids + completion + more            # token-native: no old turn is re-rendered
 
 Try it: `python -m model.tokenizer DIR "some text"` prints the ids and the pieces.
 

@@ -175,3 +175,22 @@ async def test_shortening_old_tool_output_breaks_the_prefix_and_splits_the_traje
         last = calls.index(next(c for c in calls if c["call_id"] == segment.calls[-1]["call_id"]))
         assert segment.token_ids == engine.seen[last][0] + engine.seen[last][1]
         assert not any(segment.loss_mask[: segment.calls[0]["completion_start"]])  # carried context trains nothing
+
+
+def test_a_template_that_rewrites_history_makes_the_next_prompt_a_rebuild(real_tokenizer):
+    from agent.trajectory import TokenStream
+    from model.tokenizer import Tokenizer
+
+    last_two = ("{%- for m in messages[-2:] %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    tok = Tokenizer(real_tokenizer.backend, chat_template=last_two)
+    stream = TokenStream(tok)
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}]
+    first = stream.next_prompt(messages, 0, [])
+    assert first.parent is None and first.prefix_break is None
+    stream.commit("m1", first, {"parent": None, "prompt_token_ids": first.ids,
+                                "completion_token_ids": [*tok.encode("Hello."), tok.eos_token_id]})
+    messages += [{"role": "assistant", "content": "Hello."}, {"role": "user", "content": "and?"}]
+    second = stream.next_prompt(messages, 3, [])
+    assert second.prefix_break == "template" and second.ids == tok.encode_chat(messages)
+    assert second.parent == "m1" and second.prefix_len < len(stream.ids)
