@@ -198,16 +198,22 @@ class Agent:
             result.replies.append(reply)
             result.text = reply.content
             if reply.finish_reason == "length" and not reply.tool_calls:
+                self._correct(reply)
                 result.stop_reason = "max_tokens"
                 return result
             if not reply.tool_calls and not reply.tool_call_errors:
                 return result
             result.tool_calls += len(reply.tool_calls)
             await self._run_calls(reply)
-            if reply.tool_call_errors:  # malformed calls: tell the model (after the results), so it can retry
-                self.messages.append({"role": "user", "content": _harness_message(reply)})
+            self._correct(reply)
         result.stop_reason = "max_turn_requests"
         return result
+
+    def _correct(self, reply: Reply) -> None:
+        """Malformed calls: the harness tells the model (after the calls' results), so it can
+        retry; the model_call record holds the same message."""
+        if reply.tool_call_errors:
+            self.messages.append({"role": "user", "content": _harness_message(reply)})
 
     async def _model_step(self) -> Reply:
         tools = self.tools.openai_tools()

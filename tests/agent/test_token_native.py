@@ -172,6 +172,12 @@ def check_session(tok, engine: ScriptedEngine, events: Events, path: Path, secre
                 assert row == routing_of(position, segment.token_ids[position])
         if not secrets:
             assert None not in segment.routed_experts[:-1]
+    for index, record in enumerate(calls):  # malformed blocks: their raw text, and the correction the model got
+        blocks = record.get("malformed_tool_calls", [])
+        if blocks and not secrets:
+            assert all(b["raw"] in tok.decode(engine.seen[index][1]) for b in blocks)
+            if index + 1 < len(engine.seen):  # (a turn cut by the length limit ends there)
+                assert record["harness_message"] in tok.decode(engine.seen[index + 1][0])
     shown = events.shown_per_call()
     for (_, completion), text in zip(engine.seen, shown, strict=True):
         ids = completion[:-1] if completion and completion[-1] in tok.stop_token_ids else completion
@@ -207,3 +213,6 @@ def test_prompts_extend_the_last_one_and_match_the_template_when_the_text_is_can
     assert records[1]["prompt_token_ids"] == second[len(first) + len(completion):]  # only the new ids
     tool = next(r for r in read_session(path) if r["type"] == "tool_call")
     assert tool["model_call_id"] == "m1"
+    sampler = records[0]["sampler"]
+    assert sampler["temperature"] == 0.0 and sampler["top_p"] == 1.0 and isinstance(sampler["seed"], int)
+    assert records[0]["weight_version"] == 3 and records[0]["forced"] == [0] * len(completion)
