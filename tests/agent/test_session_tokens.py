@@ -194,3 +194,29 @@ def test_a_template_that_rewrites_history_makes_the_next_prompt_a_rebuild(real_t
     second = stream.next_prompt(messages, 3, [])
     assert second.prefix_break == "template" and second.ids == tok.encode_chat(messages)
     assert second.parent == "m1" and second.prefix_len < len(stream.ids)
+
+
+async def test_a_version_1_log_loads_and_continues_rebuilt_from_text(tmp_path, real_tokenizer):
+    from agent.session_log import workspace_slug
+
+    root = tmp_path / "repo"
+    root.mkdir()
+    path = tmp_path / "logs" / workspace_slug(root) / "old-1.jsonl"
+    path.parent.mkdir(parents=True)
+    base = {"version": 1, "session_id": "old-1", "time": 1.0}
+    path.write_text("".join(json.dumps({**base, **r, "seq": i}) + "\n" for i, r in enumerate([
+        {"type": "session", "workspace": str(root.resolve()), "model": {"id": "composer-mini"}, "sampler": {},
+         "tools": [], "system_prompt_hash": "sha256:" + "0" * 64},
+        {"type": "user_message", "text": "hi"},
+        {"type": "model_call", "call_id": "m1", "prompt_token_ids": [1, 2, 3], "completion_token_ids": [4],
+         "logprobs": [-1.0], "text": "Hello there.", "finish_reason": "stop"},
+    ])))
+    engine = ScriptedEngine(real_tokenizer, [[*real_tokenizer.encode("Again."), real_tokenizer.eos_token_id]])
+    loaded, history = await Session.load(config(root), "old-1", policy=EnginePolicy(engine))
+    await loaded.prompt("more")
+    loaded.close()
+    assert [u["content"]["text"] for u in history if "content" in u] == ["hi", "Hello there."]
+    new = model_calls(path)[-1]
+    assert new["version"] == 2 and new["call_id"] == "m2"
+    assert new["prefix_break"] == {"reason": "rebuilt_from_text"} and new["parent"] is None
+    assert "Hello there." in real_tokenizer.decode(engine.seen[0][0])
