@@ -110,6 +110,9 @@ def test_filters_and_off_policy_marking(logs, tmp_path):
     assert off["off_policy"] == "model composer-mini, not composer-next" and off["weight_versions"] == [4]
     build(logs, tmp_path / "d", Filters(workspace="/nowhere"))
     assert lines(tmp_path / "d" / "trajectories.jsonl") == []
+    manifest = build(logs, tmp_path / "e", Filters(model="composer-next"))
+    assert lines(tmp_path / "e" / "trajectories.jsonl") == lines(tmp_path / "e" / "off_policy.jsonl") == []
+    assert manifest["dropped_by_reason"]["another model"] == 5
 
 
 def test_the_command_line_reports_and_refuses_to_overwrite(logs, tmp_path):
