@@ -9,6 +9,7 @@ engine itself saw and sampled.
     engine.seen       # [(prompt ids, completion ids), ...] per request
 
 `Echo` is a tool that returns what it is told, so a test chooses every tool output.
+`TextPolicy` is a policy with no tokenizer: its calls are logged text-only.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import torch
 
+from agent.policy import Reply
 from agent.tools.base import ToolResult, ToolSpec
 from model.sequence import Completion, StreamEvent
 
@@ -86,3 +88,17 @@ def echo_call(tokenizer, out: str, text: str = "") -> list[int]:
     arguments = json.dumps({"out": out})
     block = f'<tool_call>\n{{"name": "echo", "arguments": {arguments}}}\n</tool_call>'
     return [*tokenizer.encode(text + block), tokenizer.eos_token_id]
+
+
+class TextPolicy:
+    """A text-only policy (a test double for the model): no tokenizer, no ids
+    (the calls it makes are logged `text_only`)."""
+
+    model_id = "composer-mini"
+    context_window = 100_000
+
+    def count_tokens(self, messages, tools) -> int:
+        return 0
+
+    async def complete(self, messages, tools, *, max_tokens, temperature=0.0, on_text=None) -> Reply:
+        return Reply("Hello.", [], "stop")

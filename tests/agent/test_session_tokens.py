@@ -12,11 +12,12 @@ from pathlib import Path
 from scripted_engine import (  # tests/agent is no package: on sys.path
     Echo,
     ScriptedEngine,
+    TextPolicy,
     echo_call,
 )
 
 from agent.loop import LoopConfig
-from agent.policy import EnginePolicy, Reply
+from agent.policy import EnginePolicy
 from agent.session import Session, SessionConfig
 from agent.session_log import read_session
 from agent.tools.base import ToolRegistry
@@ -124,19 +125,6 @@ async def test_a_loaded_session_continues_from_its_logged_ids(tmp_path, real_tok
     segments, dropped = session_segments(read_session(session.log_path))
     assert not dropped and len(segments) == 1
     assert segments[0].token_ids == second.seen[-1][0] + second.seen[-1][1]
-
-
-class TextPolicy:
-    """A text-only policy (a test double for the model): it has no tokenizer."""
-
-    model_id = "composer-mini"
-    context_window = 100_000
-
-    def count_tokens(self, messages, tools) -> int:
-        return 0
-
-    async def complete(self, messages, tools, *, max_tokens, temperature=0.0, on_text=None) -> Reply:
-        return Reply("Hello.", [], "stop")
 
 
 async def test_a_session_logged_as_text_continues_rebuilt_from_text_and_says_so(tmp_path, real_tokenizer):

@@ -14,27 +14,14 @@ from pathlib import Path
 import pytest
 
 from agent.loop import Agent, LoopConfig
-from agent.policy import EnginePolicy, Reply
+from agent.policy import EnginePolicy
 from agent.session_log import SessionLog
 from agent.tools.base import ToolContext, ToolRegistry
 from agent.workspace import Workspace
 from training.data import Filters, build, heldout_tasks, main
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "agent"))
-from scripted_engine import Echo, ScriptedEngine, echo_call  # tests/agent is no package
-
-
-class TextPolicy:
-    """A text-only policy (a test double for the model): no tokenizer, no ids."""
-
-    model_id = "scripted"
-    context_window = 100_000
-
-    def count_tokens(self, messages, tools) -> int:
-        return 0
-
-    async def complete(self, messages, tools, *, max_tokens, temperature=0.0, on_text=None) -> Reply:
-        return Reply("Hello.", [], "stop")
+from scripted_engine import Echo, ScriptedEngine, TextPolicy, echo_call  # tests/agent is no package
 
 
 def session(root: Path, logs: Path, tok, *, task_id: str | None = None, outcomes=(), weight_version: int = 3,
