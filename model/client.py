@@ -7,6 +7,8 @@ serving a Composer checkpoint (`vllm serve DIR --enable-auto-tool-choice --tool-
         result.content, result.tool_calls, result.finish_reason, result.usage, result.logprobs
         async for delta in client.stream_chat(messages, tools=tools):
             print(delta.content, end="")
+        async for delta in client.stream_completion(prompt_ids, max_tokens=64, extra={"return_token_ids": True}):
+            ...                                   # token-in, token-out (/v1/completions)
 
 `tool_calls` are `model.toolcalls.ToolCall`s. When the request has tools and the server sent the
 model's raw `<tool_call>` blocks as content (a server without a tool parser), they are parsed
@@ -31,6 +33,7 @@ from typing import Any
 
 import aiohttp
 
+from model.completions_protocol import CompletionDelta, parse_completion_chunk
 from model.openai_protocol import ToolTextSplitter, split_tool_text
 from model.toolcalls import ToolCall, ToolCallError, new_call_id
 
@@ -387,6 +390,31 @@ class OpenAICompatibleClient:
                 tail = raw_calls.apply(ChatDelta(), final=True)
                 if tail.content or tail.tool_calls:
                     yield tail
+        finally:
+            response.close()
+
+    async def stream_completion(
+        self,
+        prompt: Sequence[int] | str,
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        logprobs: int | None = 0,
+        extra: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[CompletionDelta]:
+        """A text completion (`/v1/completions`) as it streams: the prompt's ids go to the
+        engine unchanged. Fold the deltas with model.completions_protocol.CompletionAccumulator."""
+        body: dict[str, Any] = {"model": self.model or await self._default_model(),
+                                "prompt": prompt if isinstance(prompt, str) else list(prompt),
+                                "stream": True, "stream_options": {"include_usage": True}}
+        fields = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "seed": seed, "logprobs": logprobs}
+        body |= {k: v for k, v in fields.items() if v is not None} | dict(extra or {})
+        response = await self._send("POST", "/completions", body, stream=True)
+        try:
+            async for chunk in self._events(response):
+                yield parse_completion_chunk(chunk)
         finally:
             response.close()
 

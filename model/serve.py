@@ -1,5 +1,6 @@
 """An OpenAI-compatible HTTP server for the engine (aiohttp): `/v1/chat/completions` (plain and
-streamed, tool calls, logprobs, token ids, routed experts), `/v1/models` and `/health`.
+streamed, tool calls, logprobs, token ids, routed experts), `/v1/completions` (token ids in and
+out, as vLLM serves them: model/serve_completions.py), `/v1/models` and `/health`.
 
     python -m model.serve [--model DIR] [--host 127.0.0.1] [--port 8000]
                           [--served-model-name composer-mini] [--max-batch 8] [--api-key KEY]
@@ -246,14 +247,18 @@ def _submit(state: ServerState, prompt: list[int], params: Any) -> _Generation:
         raise ProtocolError(str(err), "messages", code="context_length_exceeded") from None
 
 
+def check_model(state: ServerState, name: str) -> None:
+    if name != state.model_name:
+        raise ProtocolError(
+            f"Invalid 'model': the model '{name}' does not exist; this server serves "
+            f"'{state.model_name}'.", "model", code="model_not_found", status=404,
+        )
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     chat = parse_chat_request(await _read_body(request))
-    if chat.model != state.model_name:
-        raise ProtocolError(
-            f"Invalid 'model': the model '{chat.model}' does not exist; this server serves "
-            f"'{state.model_name}'.", "model", code="model_not_found", status=404,
-        )
+    check_model(state, chat.model)
     prompt, params = _prepare(state, chat)
     meta = ResponseMeta(model=state.model_name)
     state.in_flight += 1
@@ -384,17 +389,30 @@ async def _stream(
     request: web.Request, state: ServerState, chat: ChatRequest, meta: ResponseMeta, prompt: list[int], params: Any
 ) -> web.StreamResponse:
     generation = _submit(state, prompt, params)
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     chunks = _ChunkStream(state, chat, meta, prompt)
+    return await stream_events(
+        request, generation, meta, [chunks.start()],
+        lambda item: chunks.finish(item) if isinstance(item, Completion) else chunks.on_event(item),
+    )
+
+
+async def stream_events(
+    request: web.Request, generation: _Generation, meta: ResponseMeta, first: list[dict[str, Any]],
+    chunks_of: Callable[[StreamEvent | Completion], list[dict[str, Any]]],
+) -> web.StreamResponse:
+    """A server-sent event stream: `first`, then the chunks of each engine event and of the
+    completion, then `[DONE]`. A client that leaves cancels the generation; an error after the
+    headers went out is sent as an error event."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     try:
         await response.prepare(request)
-        await response.write(_sse(chunks.start()))
+        for chunk in first:
+            await response.write(_sse(chunk))
         while True:
             item = await generation.next(request)
-            done = isinstance(item, Completion)
-            for chunk in chunks.finish(item) if done else chunks.on_event(item):
+            for chunk in chunks_of(item):
                 await response.write(_sse(chunk))
-            if done:
+            if isinstance(item, Completion):
                 break
         await response.write(_sse("[DONE]"))
     except (ClientGone, ConnectionError):
@@ -422,6 +440,9 @@ def create_app(
     app.router.add_post("/v1/chat/completions", chat_completions)
     if weight_sync_token is not None:
         weight_sync.register(app, engine, weight_sync_token)
+    from model.serve_completions import completions  # it builds on this module's pieces
+
+    app.router.add_post("/v1/completions", completions)
     return app
 
 

@@ -74,3 +74,15 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def real_tokenizer():
+    """composer-mini's tokenizer (SmolLM2's byte-level BPE and ChatML template), read from the
+    bundled GGUF's metadata: no checkpoint needed."""
+    from gguf import GGUFReader
+
+    from model.gguf_import import bundled_gguf_path
+    from model.tokenizer import Tokenizer
+
+    return Tokenizer.from_gguf_metadata(GGUFReader(bundled_gguf_path()))
