@@ -85,8 +85,8 @@ class RolloutConfig:
     """Model calls per rollout before it is cut (a cut rollout is masked, not scored 0)."""
     max_tokens: int = 384
     """Most tokens per model call."""
-    system_prompt: Literal["full", "short"] = "full"
-    """The harness's system prompt, or a shorter one for CPU presets (stated in the results)."""
+    attempt_timeout_s: float = 900.0
+    """The harness's clock per attempt (agent turn, grading excluded); running out masks it."""
     workers: int = 2
     """Concurrent rollouts (agent sessions and their environments)."""
     backend: Literal["engine", "ray", "vllm"] = "engine"
@@ -125,6 +125,9 @@ class TrainConfig:
     warm_start: Literal["none", "gold", "endpoint"] = "none"
     """Demonstrations: "gold" synthesises read -> edit -> test -> answer trajectories from the
     train tasks' gold patches; "endpoint" logs a stronger model served at `endpoint`."""
+    warm_start_tasks: int = 64
+    """How many train tasks' gold patches the "gold" warm start acts out (the first in the run's
+    task order; the rest stay for RL to meet first)."""
     endpoint: str = ""
     """OpenAI-compatible URL of the stronger model for warm_start="endpoint"."""
     device: str = "cpu"
@@ -191,23 +194,24 @@ def smoke() -> RLConfig:
         model={"lora_rank": 8},
         optim={"lr": 1e-4},
         rollout={"group_size": 2, "tasks_per_step": 2, "max_turns": 3, "max_tokens": 160,
-                 "system_prompt": "short", "engine_quantize": "int4"},
+                 "engine_quantize": "int4"},
         train={"steps": 2},
         checkpoint={"dir": "runs/smoke", "every": 1},
     )
 
 
 def cpu() -> RLConfig:
-    """The learning run on this machine (2 cores), at most 2 hours: LoRA RL on the bug-fix
-    family's train split, short system prompt, int4 rollouts corrected by TIS."""
+    """The learning run on this machine (2 cores): a warm start on 32 train tasks' gold patches
+    acted out in the harness, then LoRA RL on the bug-fix family's train split with the harness's
+    own system prompt, int4 rollouts corrected by TIS and replayed routing."""
     return replace_in(
         RLConfig(),
         model={"lora_rank": 16, "lora_alpha": 32.0},
         optim={"lr": 5e-5, "warmup_steps": 2},
-        rollout={"group_size": 4, "tasks_per_step": 4, "max_turns": 4, "max_tokens": 192,
-                 "system_prompt": "short", "engine_quantize": "int4", "workers": 2},
+        rollout={"group_size": 4, "tasks_per_step": 4, "max_turns": 5, "max_tokens": 256,
+                 "engine_quantize": "int4", "workers": 2},
         buffer={"max_offpolicy_steps": 1},
-        train={"steps": 40},
+        train={"steps": 40, "warm_start": "gold", "warm_start_steps": 8, "warm_start_tasks": 32},
         checkpoint={"dir": "runs/cpu", "every": 5},
     )
 

@@ -103,7 +103,7 @@ def setup(config: RLConfig) -> Run:
             config.rollout.tasks_per_step, config.buffer.max_offpolicy_steps,
             journal=run_dir / "groups.jsonl", **extra.get("buffer", {}),
         )
-        run.source = make_source(config, tokenizer, model.config)
+        run.source = make_source(config, tokenizer, model.config, run_dir)
         asyncio.run(run.source.sync(weights, trainer.step))
         run.log = RunLog(run_dir, start_step=trainer.step)
     return run
@@ -147,14 +147,20 @@ def warm_start(run: Run, progress) -> None:
 
 
 def demonstrations(run: Run) -> list:
+    """The warm start's samples: the toy task's, or the gold patches of the first
+    `train.warm_start_tasks` train tasks acted out in the harness (training/demos.py)."""
     cfg = run.config
-    if cfg.train.warm_start != "gold" or cfg.rollout.tasks != "toy":
-        raise ValueError(
-            f"warm start {cfg.train.warm_start!r} on tasks {cfg.rollout.tasks!r} is not available in this build"
-        )
-    from training.toy import demonstrations as toy_demonstrations
+    if cfg.train.warm_start != "gold":
+        raise ValueError(f"warm start {cfg.train.warm_start!r} is not available in this build (gold is)")
+    if cfg.rollout.tasks == "toy":
+        from training.toy import demonstrations as toy_demonstrations
 
-    return toy_demonstrations(run.tokenizer)
+        return toy_demonstrations(run.tokenizer)
+    from training.demos import cached_demonstrations
+    from training.harness_rollout import ordered_tasks
+
+    tasks = ordered_tasks(cfg.rollout.tasks, cfg.train.seed)[: cfg.train.warm_start_tasks]
+    return cached_demonstrations(tasks, run.tokenizer, run.dir / "demos")
 
 
 async def reinforce(run: Run, progress) -> None:

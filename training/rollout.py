@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -111,18 +112,22 @@ class RaySource:
             ray.kill(actor)
 
 
-def make_source(config: RLConfig, tokenizer, model_config: ModelConfig) -> RolloutSource:
+def make_source(config: RLConfig, tokenizer, model_config: ModelConfig, run_dir: Path | None = None) -> RolloutSource:
     """The configured task set on the configured backend ("engine": in this process; "ray":
-    `rollout.workers` actors)."""
+    `rollout.workers` actors): "toy" (training/toy.py), else a suite or tasks file run in the
+    agent harness (training/harness_rollout.py), its session logs and environments under `run_dir`."""
     r = config.rollout
     if config.buffer.max_offpolicy_steps > 0 and r.backend == "engine" and not supports_live_load(Engine):
         raise ValueError(
             "asynchronous rollouts (max_offpolicy_steps > 0) need Engine.load_weights to swap "
             "weights under running requests; use max_offpolicy_steps=0"
         )
-    if r.tasks != "toy":
-        raise ValueError(f"unknown task set {r.tasks!r}; this build knows: toy")
-    factory = functools.partial(ToySource, config, tokenizer, model_config)
+    if r.tasks == "toy":
+        factory = functools.partial(ToySource, config, tokenizer, model_config)
+    else:
+        from training.harness_rollout import HarnessSource
+
+        factory = functools.partial(HarnessSource, config, tokenizer, model_config, run_dir or Path(config.checkpoint.dir))
     if r.backend == "ray":
         return RaySource(factory, actors=r.workers)
     if r.backend == "engine":

@@ -101,11 +101,11 @@ EXPECTED_FLAGS = [
     "optim.lr", "optim.betas", "optim.weight-decay", "optim.warmup-steps", "optim.max-grad-norm",
     "loss.eps-low", "loss.eps-high", "loss.tis-cap", "loss.kl-coef", "loss.sft-coef", "loss.sft-min-reward",
     "rollout.tasks", "rollout.group-size", "rollout.tasks-per-step", "rollout.temperature", "rollout.top-p",
-    "rollout.max-turns", "rollout.max-tokens", "rollout.system-prompt", "rollout.workers", "rollout.backend",
+    "rollout.max-turns", "rollout.max-tokens", "rollout.attempt-timeout-s", "rollout.workers", "rollout.backend",
     "rollout.engine-quantize", "rollout.vllm-urls", "rollout.replay-logs",
     "buffer.max-offpolicy-steps", "buffer.max-policy-age", "buffer.drop-zero-advantage",
     "buffer.no-drop-zero-advantage",
     "train.steps", "train.seed", "train.micro-batch-tokens", "train.warm-start-steps", "train.warm-start",
-    "train.endpoint", "train.device",
+    "train.warm-start-tasks", "train.endpoint", "train.device",
     "checkpoint.dir", "checkpoint.every", "checkpoint.keep", "checkpoint.resume", "checkpoint.no-resume",
 ]

@@ -1,0 +1,64 @@
+"""Rollouts in the agent harness (training/harness_rollout.py): a task attempted by the in-process
+engine through run_task, each attempt's session log read back as the trainer's Samples, token for
+token, with the reward of training/rewards.py."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from add_task import add_task_line
+
+from agent.session_log import read_session
+from model.config import ModelConfig
+from model.hf import hf_state_dict
+from model.transformer import Transformer
+from training.config import replace_in, smoke
+from training.harness_rollout import HarnessSource, train_tasks
+from training.rewards import score
+from training.trajectories import session_segments
+
+
+def tasks_file(tmp_path, name="tasks.jsonl"):
+    path = tmp_path / name
+    path.write_text(json.dumps(add_task_line(tmp_path)) + "\n")
+    return path
+
+
+def test_held_out_task_sets_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="held-out"):
+        train_tasks(str(tasks_file(tmp_path, "bugfix-heldout.jsonl")))
+    assert [t.instance_id for t in train_tasks(str(tasks_file(tmp_path)))] == ["dir-1"]
+
+
+async def test_attempts_become_samples_of_their_logged_tokens_with_their_reward(real_tokenizer, tmp_path):
+    config = replace_in(smoke(), rollout={"tasks": str(tasks_file(tmp_path)), "group_size": 2, "max_turns": 1,
+                                          "max_tokens": 12, "engine_quantize": "none"})
+    model_config = ModelConfig.debug(vocab_size=real_tokenizer.vocab_size, max_position_embeddings=8192)
+    source = HarnessSource(config, real_tokenizer, model_config, tmp_path / "run")
+    try:
+        await source.sync(hf_state_dict(Transformer(model_config).init_weights(seed=5)), version=3)
+        group = await source.run(job=0, version=3)
+    finally:
+        source.close()
+    logs = sorted((tmp_path / "run" / "sessions").rglob("*.jsonl"))
+    assert len(logs) == 2 and len(group.samples) == 2
+    by_tokens = {tuple(s.tokens): s for s in group.samples}
+    for log in logs:
+        records = read_session(log)
+        assert records[0]["task_id"] == "dir-1"
+        calls = [r for r in records if r["type"] == "model_call"]
+        assert [c["weight_version"] for c in calls] == [3]
+        [segment], _ = session_segments(records)
+        sample = by_tokens[tuple(segment.token_ids)]
+        assert sample.tokens == calls[0]["prompt_token_ids"] + calls[0]["completion_token_ids"]
+        assert sum(sample.mask) == segment.trainable > 0
+        logprobs = [lp for lp, m in zip(sample.behaviour_logprobs, sample.mask) if m]
+        assert all(math.isfinite(lp) and lp <= 0 for lp in logprobs)
+        assert next(r for r in records if r["type"] == "outcome")["signal"] == "task_resolved"
+        assert sample.reward == pytest.approx(score(records).reward) and sample.weight_version == 3
+        assert sample.routing is not None and sample.routing.shape == (len(sample.tokens), 2, 2)
+        assert torch.equal(torch.from_numpy(sample.routing[:-1].astype("int64")),
+                           torch.tensor(segment.routed_experts[:-1]))

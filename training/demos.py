@@ -1,0 +1,151 @@
+"""Warm-start demonstrations from the tasks' gold patches: each train task's fix, acted out in the
+agent harness as read -> edit -> test -> answer, recorded in the harness's exact token format.
+
+    samples = await gold_demonstrations(tasks, tokenizer, run_dir / "demos")
+    trainer.update([Group(-1, -1, samples)], step)      # training.rl's warm start
+    samples = cached_demonstrations(tasks, tokenizer, run_dir / "demos")   # built once per run
+
+A scripted, token-native policy (`ScriptPolicy`) plays the model: its replies are what the model
+would write (content, then each call as a `<tool_call>` block, then the end-of-turn token),
+encoded by the model's tokenizer. The real harness runs them through training/run.py's
+`run_task` on the task's environment: it builds every prompt (system prompt, tools, tool
+results) exactly as for the model, executes the calls, grades the result with the hidden tests
+and logs it all, token for token. So a demonstration is a trajectory the policy could have
+sampled, in its own format; the trainer reads it back from the log like any rollout.
+
+The script of a task (`gold_turns`): read the file the patch changes; one edit_file per hunk
+(old_string: the hunk's context and removed lines, new_string: its context and added lines);
+run the test file of the task's failing tests (the hidden tests are not in the workspace, so
+this runs the visible ones, and the answer's "tests pass" is backed by the log); a final answer
+naming the function and file. Only resolved demonstrations are kept.
+
+Demonstrations have no behaviour logprobs: they are off-policy samples, trained by the
+reward-filtered likelihood term (training/loss.py choice 7), never mixed into the policy ratio.
+Held-out tasks never reach this module: training.harness_rollout.train_tasks refuses them.
+
+Tests: .venv/bin/python -m pytest tests/training/test_demos.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from agent.policy import Reply
+from agent.session_log import read_session
+from agent.unidiff import parse_diff
+from model.toolcalls import ToolCall, render_tool_calls
+from training.buffer import Sample
+from training.rewards import efficiency, score
+from training.run import RunConfig, TaskRun, run_tasks
+from training.tasks import Task
+from training.trajectories import session_segments
+
+Turn = tuple[str, list[ToolCall]]
+
+
+def gold_turns(task: Task) -> list[Turn]:
+    """The read -> edit -> test -> answer script of `task`'s gold patch (module docstring)."""
+    files = [f for f in parse_diff(task.patch) if f.hunks and not f.created and not f.deleted]
+    if not files:
+        raise ValueError(f"{task.instance_id}: its gold patch changes no existing file")
+    reads = [ToolCall("read_file", {"path": f.path}) for f in files]
+    edits = [ToolCall("edit_file", {"path": f.path, "old_string": "\n".join(h.old).strip("\n"),
+                                    "new_string": "\n".join(h.new).strip("\n")})
+             for f in files for h in f.hunks]
+    test_files = sorted({test.split("::")[0] for test in task.FAIL_TO_PASS})
+    test = ToolCall("run_terminal", {"command": f"python -m pytest -q -p no:cacheprovider {' '.join(test_files)}"})
+    function = str(task.metadata.get("function", "")).rsplit(".", 1)[-1]
+    what = f"`{function}` in `{files[0].path}`" if function else ", ".join(f"`{f.path}`" for f in files)
+    answer = f"Fixed {what}. The tests in {', '.join(test_files)} pass."
+    return [("", reads), ("", edits), ("", [test]), (answer, [])]
+
+
+class ScriptPolicy:
+    """A token-native policy that replies with a script's turns, encoded as the model writes
+    them; no logprobs (the log marks it as not sampled by the policy)."""
+
+    token_native = True
+
+    def __init__(self, tokenizer, turns: Sequence[Turn], *, model_id: str = "gold-patch",
+                 context_window: int = 8192) -> None:
+        self.tokenizer, self.turns = tokenizer, list(turns)
+        self.model_id, self.context_window = model_id, context_window
+
+    def count_tokens(self, messages, tools) -> int:
+        return len(self.tokenizer.encode_chat(list(messages), tools=list(tools) or None))
+
+    def completion_ids(self, content: str, calls: list[ToolCall]) -> list[int]:
+        text = "\n".join(part for part in (content, render_tool_calls(calls)) if part)
+        return [*self.tokenizer.encode(text), self.tokenizer.stop_token_ids[0]]
+
+    async def complete(self, messages, tools, *, max_tokens, temperature=0.0, top_p=1.0, seed=None,
+                       on_text=None, prompt_ids=None) -> Reply:
+        content, calls = self.turns.pop(0) if self.turns else ("Done.", [])
+        ids = self.completion_ids(content, calls)
+        if on_text is not None and content:
+            on_text(content)
+        prompt = list(prompt_ids or [])
+        return Reply(content=content, tool_calls=list(calls), finish_reason="tool_calls" if calls else "stop",
+                     prompt_token_ids=prompt, completion_token_ids=ids, prompt_tokens=len(prompt),
+                     completion_tokens=len(ids), weight_version=-1, sampler={"temperature": 0.0, "top_p": 1.0, "seed": None})
+
+
+def demonstration_samples(run: TaskRun) -> list[Sample]:
+    """A resolved demonstration's Samples: every completion token of every call trains (the
+    likelihood term), prompts and tool outputs do not; [] when it did not resolve."""
+    if not run.grade.resolved or run.log_path is None:
+        return []
+    records = read_session(run.log_path)
+    reward = score(records, run.grade).reward
+    eff = efficiency(records)
+    segments, _ = session_segments(records)
+    out = []
+    for seg in segments:
+        mask = [False] * len(seg.token_ids)
+        for call in seg.calls:
+            mask[call["completion_start"]:call["end"]] = [True] * (call["end"] - call["completion_start"])
+        out.append(Sample(tokens=list(seg.token_ids), mask=mask, behaviour_logprobs=[math.nan] * len(mask),
+                          reward=float(reward), weight_version=-1, off_policy=True,
+                          stats={"turns": eff.turns, "tool_calls": eff.tool_calls,
+                                 "parallel_calls": eff.parallel_calls}))
+    return out
+
+
+async def gold_demonstrations(tasks: Sequence[Task], tokenizer, run_dir: Path, *, parallel: int = 2,
+                              context_window: int = 8192) -> list[Sample]:
+    """Acts out every task's gold patch in the harness (logs under `run_dir`/sessions) and
+    returns the resolved ones' Samples; ValueError when none resolved."""
+    run_dir = Path(run_dir)
+    config = RunConfig(log_dir=run_dir / "sessions", session={"repo_map_tokens": 0},
+                       state_dir=str(run_dir / "envs" / "state"), base_dir=str(run_dir / "envs" / "bases"))
+    policies = {t.instance_id: ScriptPolicy(tokenizer, gold_turns(t), context_window=context_window) for t in tasks}
+    gate = asyncio.Semaphore(parallel)
+
+    async def one(task: Task) -> list[TaskRun]:
+        async with gate:
+            return await run_tasks([task], policies[task.instance_id], config=config, parallel=1)
+
+    runs = await asyncio.gather(*(one(t) for t in tasks))
+    samples = [s for batch in runs for run in batch for s in demonstration_samples(run)]
+    if not samples:
+        raise ValueError(f"no gold demonstration of {len(tasks)} tasks resolved; see the logs in {run_dir}/sessions")
+    return samples
+
+
+
+def cached_demonstrations(tasks: Sequence[Task], tokenizer, directory: Path) -> list[Sample]:
+    """`gold_demonstrations`, kept in `directory`/demonstrations.jsonl (written atomically) so a
+    resumed run reads them instead of acting them out again."""
+    path = Path(directory) / "demonstrations.jsonl"
+    if path.is_file():
+        return [Sample.from_json(json.loads(line)) for line in path.read_text().splitlines() if line]
+    samples = asyncio.run(gold_demonstrations(tasks, tokenizer, Path(directory)))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(s.to_json()) + "\n" for s in samples))
+    os.replace(tmp, path)
+    return samples
