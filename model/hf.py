@@ -121,11 +121,13 @@ def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     """Our weights under Hugging Face names (the config's family). Each is read as the module's
     attribute, so a parametrized weight (training/lora.py's adapters) comes out merged."""
 
-    def read(param: str) -> torch.Tensor:
-        module, _, leaf = param.rpartition(".")
-        return getattr(model.get_submodule(module), leaf)
-
-    return {name: read(slot.param)[slot.index].contiguous() for name, slot in hf_slots(model.config).items()}
+    slots = hf_slots(model.config)
+    params = {}  # each read once: a parametrized weight is computed anew on every read
+    for slot in slots.values():
+        if slot.param not in params:
+            module, _, leaf = slot.param.rpartition(".")
+            params[slot.param] = getattr(model.get_submodule(module), leaf)
+    return {name: params[slot.param][slot.index].contiguous() for name, slot in slots.items()}
 
 
 def ignored_checkpoint_tensor(name: str, config: ModelConfig) -> bool:

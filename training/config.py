@@ -191,11 +191,11 @@ def smoke() -> RLConfig:
     bug-fix tasks, a checkpoint and the plot."""
     return replace_in(
         RLConfig(),
-        model={"lora_rank": 8},
+        model={"lora_rank": 8, "gradient_checkpointing": True},
         optim={"lr": 1e-4},
         rollout={"group_size": 2, "tasks_per_step": 2, "max_turns": 3, "max_tokens": 160,
                  "engine_quantize": "int4"},
-        train={"steps": 2},
+        train={"steps": 2, "micro_batch_tokens": 4096},
         checkpoint={"dir": "runs/smoke", "every": 1},
     )
 
@@ -206,12 +206,13 @@ def cpu() -> RLConfig:
     own system prompt, int4 rollouts corrected by TIS and replayed routing."""
     return replace_in(
         RLConfig(),
-        model={"lora_rank": 16, "lora_alpha": 32.0},
+        model={"lora_rank": 16, "lora_alpha": 32.0, "gradient_checkpointing": True},
         optim={"lr": 5e-5, "warmup_steps": 2},
         rollout={"group_size": 4, "tasks_per_step": 4, "max_turns": 5, "max_tokens": 256,
                  "engine_quantize": "int4", "workers": 2},
         buffer={"max_offpolicy_steps": 1},
-        train={"steps": 40, "warm_start": "gold", "warm_start_steps": 8, "warm_start_tasks": 32},
+        train={"steps": 40, "warm_start": "gold", "warm_start_steps": 8, "warm_start_tasks": 32,
+               "micro_batch_tokens": 4096},
         checkpoint={"dir": "runs/cpu", "every": 5},
     )
 

@@ -38,6 +38,7 @@ from agent.policy import EnginePolicy
 from agent.session_log import read_session
 from model.config import ModelConfig
 from model.engine import Engine
+from model.hf import load_hf_state_dict
 from model.quant import quantize_model
 from model.transformer import Transformer
 from training.buffer import Group, Sample
@@ -126,10 +127,9 @@ class HarnessSource:
         r = config.rollout
         self.config, self.log_dir = config, Path(run_dir) / "sessions"
         self.tasks = ordered_tasks(r.tasks, config.train.seed)
-        model = Transformer(model_config).init_weights(seed=config.train.seed)  # replaced by the first sync
-        model = quantize_model(model.eval(), r.engine_quantize)
-        self.engine = Engine(model, tokenizer, max_batch=r.group_size)
-        self.policy = EnginePolicy(self.engine, model_id="composer-mini-rl", record_routing=True)
+        self.tokenizer, self.model_config = tokenizer, model_config
+        self.engine: Engine | None = None  # built from the first weights `sync` brings
+        self.policy: EnginePolicy | None = None
         loop = LoopConfig(max_steps=r.max_turns, max_tokens_per_step=r.max_tokens, temperature=r.temperature,
                           top_p=r.top_p)
         envs = Path(run_dir) / "envs"
@@ -141,6 +141,8 @@ class HarnessSource:
         return self.tasks[job % len(self.tasks)]
 
     async def run(self, job: int, version: int) -> Group:
+        if self.policy is None:
+            raise RuntimeError("no weights yet: call sync before run")
         task, r = self.task_of(job), self.config.rollout
         configs = [
             replace(self.run_config, session={**self.run_config.session, "loop": replace(
@@ -153,7 +155,24 @@ class HarnessSource:
         return Group(job, version, samples)
 
     async def sync(self, weights: dict[str, torch.Tensor], version: int) -> None:
-        await asyncio.to_thread(self.engine.load_weights, weights, version)
+        if self.engine is None:
+            await asyncio.to_thread(self._build_engine, weights, version)
+        else:
+            await asyncio.to_thread(self.engine.load_weights, weights, version)
+
+    def _build_engine(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        """The rollout engine on the first weights: built on the meta device and filled from
+        them, then quantized (no random initialisation: one full copy of the model at a time)."""
+        r = self.config.rollout
+        with torch.device("meta"):
+            model = Transformer(self.model_config)
+        model = model.to_empty(device="cpu")
+        model.init_buffers()
+        load_hf_state_dict(model, weights, source="trainer weights")
+        model = quantize_model(model.eval(), r.engine_quantize)
+        self.engine = Engine(model, self.tokenizer, max_batch=r.group_size * max(1, r.workers), weight_version=version)
+        self.policy = EnginePolicy(self.engine, model_id="composer-mini-rl", record_routing=True)
 
     def close(self) -> None:
-        self.engine.close()
+        if self.engine is not None:
+            self.engine.close()
