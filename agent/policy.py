@@ -179,7 +179,7 @@ class EnginePolicy:
             prompt_token_ids=prompt, completion_token_ids=result.token_ids, logprobs=result.logprobs,
             routed_experts=routing, prompt_tokens=len(prompt), completion_tokens=len(result.token_ids),
             seconds=loop.time() - started, forced=list(getattr(result, "forced", None) or [False] * len(result.token_ids)),
-            weight_version=getattr(result, "weight_version", getattr(self.engine, "weight_version", 0)),
+            weight_version=result.weight_version,
             sampler={"temperature": temperature, "top_p": top_p, "seed": seed},
         )
 

@@ -66,7 +66,7 @@ class ScriptedEngine:
         routing = torch.tensor([routing_of(p, t) for p, t in enumerate(fed)], dtype=torch.int16)
         finish = "stop" if ids and ids[-1] in stops else "length"
         on_done(Completion(list(prompt_ids), list(ids), text, [-0.5] * len(ids), [], finish, routing, 0.0, 0.0,
-                           forced=list(forced)))
+                           forced=list(forced), weight_version=self.weight_version))
         return lambda: None
 
 
