@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from training.mutations import find_mutations, parses
-from training.taskgen import file_diff, problem_statement, related_tests, statement_lines
+from training.patches import file_diff
+from training.taskgen import problem_statement, related_tests, statement_lines
 from training.tasks import PASSED, Task, apply_patch, load_tasks, materialize, run_tests
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +37,8 @@ def clip(xs, lo=0, hi=LIMIT):
             out.append(xs[i] + 1)
     total = 0
     total += len(out)
+    sep = ","
+    print(f"{sep},{total}", "x", sep * 10, flush=False)
     return out[:total]
 
 
@@ -62,17 +65,23 @@ def test_mutations_cover_every_kind_inside_functions_only():
     data = SOURCE.encode()
     mutations = find_mutations(data, "pkg/mod.py")
     kinds = by_kind(mutations)
-    assert ("clip", ">=", ">") in kinds["operator_swap"] and ("clip", "+=", "-=") in kinds["operator_swap"]
-    assert ("clip", "and", "or") in kinds["operator_swap"] and ("Box.has", "in", "not in") in kinds["operator_swap"]
+    assert ("clip", ">=", ">") in kinds["wrong_comparison"] and ("clip", "+=", "-=") in kinds["operator_swap"]
+    assert ("clip", "and", "or") in kinds["operator_swap"] and ("Box.has", "in", "not in") in kinds["wrong_comparison"]
     assert ("clip", "1", "2") in kinds["off_by_one"] and ("clip", "len(xs)", "len(xs) + 1") in kinds["off_by_one"]
     assert ("clip", "total", "total - 1") in kinds["off_by_one"]
-    assert ("clip", "not xs[i] > hi", "xs[i] > hi") in kinds["dropped_condition"]
+    assert ("clip", "not xs[i] > hi", "xs[i] > hi") in kinds["missing_negation"]
     src = "def f(a, b):\n    return not (a or b)\n"
-    assert [m.new for m in find_mutations(src, "m.py") if m.kind == "dropped_condition"] == ["(a or b)", "a", "b"]
+    assert [m.new for m in find_mutations(src, "m.py") if m.kind == "dropped_condition"] == ["a", "b"]
+    assert [m.new for m in find_mutations(src, "m.py") if m.kind == "missing_negation"] == ["(a or b)"]
     assert ("clip", "xs[i] >= lo and not xs[i] > hi", "xs[i] >= lo") in kinds["dropped_condition"]
     assert ("Box.ok", "True", "False") in kinds["wrong_return"] and ("Box.has", "item in self.items", "None") in kinds["wrong_return"]
     assert ("Box.gen", "self.a, self.b", "self.b, self.a") in kinds["swapped_args"]
     assert not any(m.function == "Box.gen" and m.kind == "wrong_return" for m in mutations)  # generators
+    assert ("clip", "10", "20") in kinds["wrong_constant"] and ("clip", '","', '";"') in kinds["wrong_constant"]
+    assert ("clip", "False", "True") in kinds["wrong_constant"]
+    assert not any(m.kind == "wrong_constant" and m.function == "Box.ok" for m in mutations)  # wrong_return's
+    strings = [old for _, old, _ in kinds["wrong_constant"] if old.startswith('"')]
+    assert strings == ['","']  # not the f-string's "," nor other strings
     assert all(m.line >= 5 for m in mutations)  # not the module docstring, LIMIT, or defaults
     for m in mutations:
         broken = m.apply(data)
