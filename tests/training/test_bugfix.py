@@ -5,6 +5,7 @@ Run: .venv/bin/python -m pytest tests/training/test_bugfix.py"""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from collections import Counter
@@ -169,3 +170,11 @@ def test_committed_splits_equal_a_regeneration():
     done = subprocess.run([sys.executable, "-m", "training.bugfix", "--check"], capture_output=True, text=True,
                           cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+async def test_verification_catches_visible_tests_and_wrong_references(heldout, tmp_path):
+    task = heldout[0]
+    visible = await verify_task(dataclasses.replace(task, test_patch=""), tmp_path)
+    assert not visible.hidden_ok and not visible.ok
+    wrong = await verify_task(dataclasses.replace(task, patch=task.source.patch.split("diff --git")[0]), tmp_path)
+    assert wrong.hidden_ok and wrong.trivial_ok and not wrong.perfect_ok and not wrong.ok

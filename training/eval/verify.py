@@ -3,6 +3,7 @@ built from the task (training/tasks.py), its setup run, `test_patch` applied, th
 sandbox (agent/sandbox.py).
 
     result = await verify_task(task, Path("/tmp/scratch"))
+    result.hidden_ok       # no FAIL_TO_PASS test function in the starting workspace; test_patch has them
     result.trivial_ok      # the untouched workspace: every FAIL_TO_PASS fails, every PASS_TO_PASS passes
     result.perfect_ok      # the reference `patch` applied: resolved
     result.ok, result.problems
@@ -12,17 +13,19 @@ bench/suites.py runs it over every shipped task and records the results; the tes
 
 from __future__ import annotations
 
+import ast
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from training.patches import names_by_file
 from training.tasks import (
-    MISSING,
     Task,
     TaskError,
     apply_patch,
     evaluate,
+    grade,
     materialize,
     run_setup,
     run_tests,
@@ -38,7 +41,7 @@ class Verdict:
     perfect_ok: bool = False
     """The reference patch resolves the task."""
     hidden_ok: bool = False
-    """No FAIL_TO_PASS test is in the starting workspace: each is missing there until test_patch."""
+    """No FAIL_TO_PASS test function is in the starting workspace; test_patch brings each back."""
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -47,42 +50,60 @@ class Verdict:
         return self.trivial_ok and self.perfect_ok and self.hidden_ok
 
 
-async def _build(task: Task, dest: Path, cache_dir: Path | None) -> Path:
-    root = materialize(task, dest, cache_dir=cache_dir)
-    await run_setup(task, root)
-    return root
+def visible_tests(task: Task, root: Path) -> list[str]:
+    """The FAIL_TO_PASS tests whose function is defined in the workspace as it stands."""
+    found = []
+    for path, names in names_by_file(task.FAIL_TO_PASS).items():
+        file = root / path
+        defined = _test_names(file.read_text(encoding="utf-8", errors="replace")) if file.is_file() else set()
+        found += [f"{path}::{name}" for name in sorted(names) if name in defined]
+    return found
+
+
+def _test_names(source: str) -> set[str]:
+    """`name` and `Class::name` of the functions defined at the top of a file or in its classes."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.ClassDef):
+            names.update(f"{node.name}::{n.name}" for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
+    return names
 
 
 async def verify_task(task: Task, scratch: Path, *, cache_dir: Path | None = None,
                       timeout_s: float = 600) -> Verdict:
-    """Builds the task twice under `scratch` (removed after): untouched, and with its reference
-    patch; grades both."""
+    """Builds the task under `scratch` (removed after) and grades it untouched, then with its
+    reference patch (on the same tree: test_patch is in place by then)."""
     verdict = Verdict(task.instance_id)
     started = time.perf_counter()
-    base = scratch / task.instance_id
+    root = scratch / task.instance_id
     try:
-        root = await _build(task, base / "trivial", cache_dir)
-        before = await run_tests(task, root, task.FAIL_TO_PASS, timeout_s=timeout_s)
-        verdict.hidden_ok = all(o == MISSING for o in before.outcomes.values())
+        materialize(task, root, cache_dir=cache_dir)
+        await run_setup(task, root)
+        shown = visible_tests(task, root)
+        verdict.hidden_ok = not shown and bool(task.test_patch)
         if not verdict.hidden_ok:
-            verdict.problems.append("FAIL_TO_PASS tests run before test_patch: they are not hidden")
+            verdict.problems.append(f"FAIL_TO_PASS tests in the starting workspace: {shown[:3] or 'no test_patch'}")
         trivial = await evaluate(task, root, timeout_s=timeout_s)
-        f2p_failing = trivial["fail_to_pass"].startswith("0/")
-        p2p_passing = all(t not in trivial["failing"] for t in task.PASS_TO_PASS)
         verdict.trivial_resolved = trivial["resolved"]
-        verdict.trivial_ok = f2p_failing and p2p_passing
+        verdict.trivial_ok = trivial["fail_to_pass"].startswith("0/") and all(
+            t not in trivial["failing"] for t in task.PASS_TO_PASS)
         if not verdict.trivial_ok:
             verdict.problems.append(f"untouched: FAIL_TO_PASS passing {trivial['fail_to_pass']}, "
                                     f"PASS_TO_PASS passing {trivial['pass_to_pass']}")
-        root = await _build(task, base / "perfect", cache_dir)
         apply_patch(root, task.patch, "patch")
-        perfect = await evaluate(task, root, timeout_s=timeout_s)
+        perfect = grade(task, (await run_tests(task, root, timeout_s=timeout_s)).outcomes)
         verdict.perfect_ok = perfect["resolved"]
         if not verdict.perfect_ok:
             verdict.problems.append(f"reference patch: failing {perfect['failing'][:5]}")
     except TaskError as err:
         verdict.problems.append(str(err)[:500])
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
         verdict.seconds = round(time.perf_counter() - started, 2)
     return verdict
