@@ -182,3 +182,19 @@ def test_changed_lines_land_in_their_scopes(workspace):
     assert scopes["unrelated"] == 2 and scopes["scale_clamped"] == 5 and "scale" not in scopes
     method = changed_scopes("class A:\n    def f(self):\n        return 1\n", "class A:\n    def f(self):\n        return 2\n")
     assert dict(method) == {"A.f": 2}
+
+
+async def test_a_real_request_rewards_the_helpers_over_a_rewrite(tmp_path):
+    """toolz countby: the reference calls getter and frequencies; a working rewrite does not."""
+    from training.eval.suite import load_suite
+    from training.tasks import materialize
+
+    task = next(t for t in load_suite("requests").tasks() if t.instance_id == "toolz-1.2.0__countby-reuse")
+    root = materialize(task, tmp_path / "ws", cache_dir=Path(__file__).parent / "data")
+    before = (root / "toolz" / "recipes.py").read_text()
+    rewrite = before.replace("    counts = {}\n", "    if not callable(key):\n        index = key\n"
+                             "        key = lambda item: item[index]\n    counts = {}\n")
+    reference = await adherence(task, task.patch, root)
+    rewritten = await adherence(task, file_diff("toolz/recipes.py", before, rewrite), root)
+    assert reference.reused == ["toolz.itertoolz.frequencies", "toolz.itertoolz.getter"] and reference.score == 1.0
+    assert rewritten.reused == [] and rewritten.stray == 0.0 and rewritten.score < reference.score
