@@ -73,6 +73,8 @@ from training.tasks import (
 TEST_CMD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -q -p no:cacheprovider -rA --tb=short {tests}"
 MAX_F2P = 50
 MAX_STATEMENT_LINES = 30
+HIDDEN_NOTE = ("These tests are not in the checkout: they run when the fix is graded. They describe the "
+               "intended behaviour: fix the library so that they pass.")
 _SKIP_DIRS = {"tests", "test", "testing", "docs", "doc", "examples", "benchmarks", "build", "dist"}
 
 
@@ -215,14 +217,12 @@ def problem_statement(package: str, version: str, f2p: list[str], output: str, t
             break
     else:
         return None
-    text = [f"`{test_id}` fails in {package} {version}.", "",
-            f"Running `python -m pytest {test_id}` in the project gives:", "", "```", *lines, "```", ""]
+    text = [f"`{test_id}` fails in {package} {version}:", "", "```", *lines, "```", ""]
     others = [t for t in f2p if t != test_id]
     if others:
         shown = ", ".join(f"`{t}`" for t in others[:5]) + (", ..." if len(others) > 5 else "")
         text += [f"{len(others)} other test{'s fail' if len(others) > 1 else ' fails'} as well: {shown}.", ""]
-    text.append("The tests describe the intended behaviour: fix the library so that they pass, without "
-                "changing the tests.")
+    text.append(HIDDEN_NOTE)
     return "\n".join(text)
 
 
