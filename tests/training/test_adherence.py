@@ -182,6 +182,8 @@ def test_changed_lines_land_in_their_scopes(workspace):
     assert scopes["unrelated"] == 2 and scopes["scale_clamped"] == 5 and "scale" not in scopes
     method = changed_scopes("class A:\n    def f(self):\n        return 1\n", "class A:\n    def f(self):\n        return 2\n")
     assert dict(method) == {"A.f": 2}
+    stub = "@overload\ndef f(x: int) -> int: ...\n@overload\ndef f(x: str) -> str: ...\n"
+    assert dict(changed_scopes(stub, stub.replace("(x: str)", "(x: bytes)"))) == {"f": 2}  # each overload its own scope
 
 
 async def test_a_real_request_rewards_the_helpers_over_a_rewrite(tmp_path):

@@ -34,7 +34,6 @@ An empty candidate scores 0. Tests: .venv/bin/python -m pytest tests/training/te
 from __future__ import annotations
 
 import ast
-import contextlib
 import difflib
 import shutil
 import tempfile
@@ -119,26 +118,13 @@ def patched_files(patch: str, workspace: Path) -> dict[str, tuple[str, str]]:
 
 
 def _scopes(text: str) -> list[tuple[int, int, str]] | None:
-    """(first line, last line, qualified name) of every function and class, outermost first;
-    None when the text does not parse."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
+    """(first line, last line, qualified name) of every function and class (decorators
+    included); None when the text does not parse."""
+    definitions = _all_definitions(text)
+    if definitions is None:
         return None
-    found = []
-
-    def walk(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                name = f"{prefix}{child.name}"
-                start = min([child.lineno, *(d.lineno for d in child.decorator_list)])
-                found.append((start, child.end_lineno, name))
-                walk(child, name + ".")
-            else:
-                walk(child, prefix)
-
-    walk(tree, "")
-    return found
+    return [(min([node.lineno, *(d.lineno for d in node.decorator_list)]), node.end_lineno, name)
+            for name, node in definitions]
 
 
 def _scope_of(line: int, scopes: list[tuple[int, int, str]] | None) -> str:
@@ -175,18 +161,33 @@ def touched(files: dict[str, tuple[str, str]]) -> Counter:
 # ---- helpers ---------------------------------------------------------------------------------
 
 
-def _definitions(text: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef]:
-    """Qualified name -> definition node, for every function and class of a module."""
-    out: dict = {}
+def _all_definitions(text: str) -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef]] | None:
+    """(qualified name, node) of every function and class of a module (`Class.method`,
+    `outer.inner`; an overloaded name once per definition), outermost first; None when the text
+    does not parse."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    out: list = []
 
     def walk(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                out.setdefault(f"{prefix}{child.name}", child)
+                out.append((f"{prefix}{child.name}", child))
                 walk(child, f"{prefix}{child.name}.")
+            else:
+                walk(child, prefix)
 
-    with contextlib.suppress(SyntaxError):
-        walk(ast.parse(text), "")
+    walk(tree, "")
+    return out
+
+
+def _definitions(text: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef]:
+    """Qualified name -> its first definition ({} when the text does not parse)."""
+    out: dict = {}
+    for name, node in _all_definitions(text) or []:
+        out.setdefault(name, node)
     return out
 
 
