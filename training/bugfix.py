@@ -103,8 +103,11 @@ class Bug:
     mutation: Mutation
     failing: dict[str, Failure]
     """test name -> how it fails on the bug (every failing test of the module)."""
-    index: int
-    """Which of the function's bugs (0, 1, ...): sets its level."""
+
+    @property
+    def quoted(self) -> Failure:
+        """The failure the request quotes: the function's own test's, else the first."""
+        return self.failing.get(f"test_{self.function}") or next(iter(self.failing.values()))
 
 
 def load_corpus(root: Path = CORPUS) -> list[CorpusModule]:
@@ -165,7 +168,7 @@ def find_bugs(module: CorpusModule, function: str, count: int, seed: int, *,
             continue
         failing = {name: f for name, f in results.items() if f is not None}
         if failing:
-            bugs.append(Bug(module, function, m, failing, len(bugs)))
+            bugs.append(Bug(module, function, m, failing))
             used[m.kind] += 1
     return bugs
 
@@ -181,8 +184,7 @@ def _quoted(failure: Failure) -> str:
 
 def request(bug: Bug, level: int, broken: str, rng: random.Random) -> str:
     """The problem statement for `bug` at `level` (wording varies with `rng`)."""
-    own = bug.failing.get(f"test_{bug.function}")
-    failure = own or next(iter(bug.failing.values()))
+    failure = bug.quoted
     check = f"```python\n{failure.statement}\n```"
     what = _quoted(failure)
     path = bug.module.path
@@ -213,7 +215,7 @@ def make_task(bug: Bug, level: int, seed: int) -> Task:
     files = {"pyproject.toml": PYPROJECT.format(package=module.package),
              f"{module.package}/__init__.py": f'"""{module.package}: small helpers."""\n',
              module.path: module.source, module.test_path: module.tests}
-    failure = bug.failing.get(f"test_{bug.function}") or next(iter(bug.failing.values()))
+    failure = bug.quoted
     return Task(
         instance_id=ident, problem_statement=request(bug, level, broken, rng),
         source=Source(kind="inline", files=files, patch=bug_diff + removal),
@@ -226,7 +228,7 @@ def make_task(bug: Bug, level: int, seed: int) -> Task:
 
 
 def split_bugs(split: str, *, seed: int = 0, corpus: Path = CORPUS) -> list[Bug]:
-    """The split's bugs, in corpus order (module, function, index): deterministic."""
+    """The split's bugs, in corpus order (module, function, the order found): deterministic."""
     bugs = []
     for module in load_corpus(corpus):
         if module.split != split:
