@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import datetime
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -61,6 +62,7 @@ async def verify_suite(suite: Suite, concurrency: int, limit: int | None) -> dic
         "stated": {"perfect": suite.perfect, "trivial": suite.trivial},
         "levels": {str(k): v for k, v in sorted(levels.items())},
         "seconds_per_task": round(sum(v.seconds for v in verdicts) / n, 2),
+        "concurrency": concurrency,
         "wall_s": round(time.perf_counter() - started, 1),
         "failures": [{"instance_id": v.instance_id, "problems": v.problems} for v in verdicts if not v.ok],
     }
@@ -75,12 +77,12 @@ def merged(results: list[dict]) -> list[dict]:
 
 
 def table(results: list[dict]) -> str:
-    rows = ["| suite | tasks | perfect (reference patch) | trivial (untouched) | starting state fails F2P, passes P2P | F2P hidden | s per task |",
+    rows = ["| suite | tasks | perfect (reference patch) | trivial (untouched) | starting state fails F2P, passes P2P | F2P hidden | s per task (tasks at once) |",
             "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         rows.append(f"| {r['suite']} | {r['tasks']} | {r['perfect']:.3f} (stated {r['stated']['perfect']}) | "
                     f"{r['trivial']:.3f} (stated {r['stated']['trivial']}) | {r['starting_state_ok']}/{r['tasks']} | "
-                    f"{r['hidden_ok']}/{r['tasks']} | {r['seconds_per_task']} |")
+                    f"{r['hidden_ok']}/{r['tasks']} | {r['seconds_per_task']} ({r.get('concurrency', '?')}) |")
     return "\n".join(rows) + "\n"
 
 
@@ -98,7 +100,7 @@ def main() -> int:
         print(f"{suite.name}: verifying {len(suite.tasks())} tasks", flush=True)
         results.append(asyncio.run(verify_suite(suite, args.concurrency, args.limit)))
     meta = (f"Every task of each suite built, graded untouched and with its reference patch, in the sandbox "
-            f"(bubblewrap), {args.concurrency} at a time, on {platform.machine()}, "
+            f"(bubblewrap) on {platform.machine()} ({os.cpu_count()} CPUs, shared), "
             f"{datetime.date.today().isoformat()}. Resolved rates; F2P = FAIL_TO_PASS, P2P = PASS_TO_PASS.")
     results = merged(results) if not args.no_write and args.limit is None else results
     publish("suites", "Benchmark suites: perfect and trivial scores", {"suites": results, "meta": meta},
