@@ -111,6 +111,7 @@ def test_requests_equal_a_rebuild_of_their_source():
     assert handwritten.build(cache_dir=DATA) == load_tasks(handwritten.OUT)
 
 
+@pytest.mark.slow
 def test_requests_helpers_are_borne_out_by_the_reference(tmp_path):
     for task in load_suite("requests").tasks():
         root = materialize(task, tmp_path / task.instance_id, cache_dir=DATA)
