@@ -10,19 +10,22 @@ from pathlib import Path
 
 import pytest
 
+from training.envs import Base
 from training.tasks import (
     DEFAULT_TEST_CMD,
     MISSING,
     Source,
     Task,
     TaskError,
+    TaskGrade,
     apply_patch,
-    evaluate,
+    base_spec,
     grade,
     load_tasks,
     materialize,
     parse_pytest_summary,
     parse_task,
+    protected_paths,
     run_tests,
     write_tasks,
 )
@@ -148,10 +151,12 @@ async def test_dir_task_builds_fails_then_passes_with_the_gold_patch(tmp_path):
     assert status.stdout == ""  # the bug is committed: `git diff` shows the agent nothing
     run = await run_tests(task, root)
     assert run.outcomes == {"test_pkg.py::test_add": "failed", "test_pkg.py::test_zero": "passed"}
-    assert grade(task, run.outcomes)["resolved"] is False
+    broken = grade(task, run.outcomes)
+    assert broken.resolved is False and broken.counts() == {"fail_to_pass": "0/1", "pass_to_pass": "1/1"}
     apply_patch(root, task.patch)
-    result = await evaluate(task, root)
-    assert result["resolved"] is True and result["fail_to_pass"] == "1/1" and result["pass_to_pass"] == "1/1"
+    fixed = grade(task, (await run_tests(task, root)).outcomes)
+    assert fixed.resolved is True and fixed.fail_to_pass == {"test_pkg.py::test_add": "passed"}
+    assert TaskGrade.from_json(fixed.to_json()) == fixed and fixed.outcome()["reward"] == 1.0
     again = materialize(task, tmp_path / "ws2")  # deterministic starting commit
     head = [subprocess.run(["git", "-C", str(r), "rev-parse", "HEAD"], capture_output=True, text=True).stdout for r in (root, again)]
     assert head[0] == head[1]
@@ -226,7 +231,7 @@ async def test_inline_source_writes_its_files_and_grades(tmp_path):
     assert (root / "pkg" / "__init__.py").read_text() == "def add(a, b):\n    return a - b\n"
     status = subprocess.run(["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True)
     assert status.stdout == ""
-    assert (await evaluate(task, root))["resolved"] is False
+    assert grade(task, (await run_tests(task, root)).outcomes).resolved is False
     again = materialize(task, tmp_path / "ws2")  # the same starting commit every time
     heads = [subprocess.run(["git", "-C", str(r), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
              for r in (root, again)]
@@ -249,3 +254,16 @@ def test_inline_source_needs_files():
     line = {"instance_id": "inline-3", "problem_statement": "p", "FAIL_TO_PASS": ["x"], "source": {"kind": "inline"}}
     with pytest.raises(TaskError, match="'files' is a required property"):
         parse_task(line)
+
+
+async def test_the_base_of_a_task_is_its_materialized_workspace(tmp_path):
+    task = _dir_task(tmp_path, test_patch="diff --git a/tests/test_new.py b/tests/test_new.py\n")
+    spec = base_spec(task)
+    assert spec.key == "dir-1" and spec.digest == base_spec(task).digest
+    other = parse_task(task.to_json() | {"source": task.source.to_json() | {"patch": ""}})
+    assert base_spec(other).digest != spec.digest  # another starting state, another base
+    base = await Base.build(spec, tmp_path / "bases")
+    root = materialize(task, tmp_path / "ws")
+    for rel in ("pkg/__init__.py", "test_pkg.py"):
+        assert (base.path / rel).read_bytes() == (root / rel).read_bytes()
+    assert protected_paths(task) == {"test_pkg.py", "tests/test_new.py"}

@@ -1,6 +1,7 @@
-"""What a perfect and a trivial policy score on a task, graded the way a run is: the workspace
-built from the task (training/tasks.py), its setup run, `test_patch` applied, the tests run in the
-sandbox (agent/sandbox.py).
+"""What a perfect and a trivial policy score on a task, graded the way a run is (training/run.py):
+the task's base built on training/envs (its workspace materialized, its setup run), then, in a
+fresh view each, the untouched workspace and the reference patch graded with `test_patch` applied
+and the tests run in the sandbox.
 
     result = await verify_task(task, Path("/tmp/scratch"))
     result.hidden_ok       # no FAIL_TO_PASS test function in the starting workspace; test_patch has them
@@ -19,17 +20,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from training.envs import Base, BaseBuildError, Limits, grade
 from training.patches import names_by_file
-from training.tasks import (
-    Task,
-    TaskError,
-    apply_patch,
-    evaluate,
-    grade,
-    materialize,
-    run_setup,
-    run_tests,
-)
+from training.run import graded_task, grading, task_limits
+from training.tasks import PASSED, Task, TaskError, TaskGrade, base_spec
 
 
 @dataclass
@@ -77,33 +71,38 @@ def _test_names(source: str) -> set[str]:
 
 async def verify_task(task: Task, scratch: Path, *, cache_dir: Path | None = None,
                       timeout_s: float = 600) -> Verdict:
-    """Builds the task under `scratch` (removed after) and grades it untouched, then with its
-    reference patch (on the same tree: test_patch is in place by then)."""
+    """Builds the task's base under `scratch` (removed after) and grades it untouched, then with
+    its reference patch, each in a fresh view, as a run is graded (training/run.py)."""
     verdict = Verdict(task.instance_id)
     started = time.perf_counter()
-    root = scratch / task.instance_id
+    home = scratch / task.instance_id
     try:
-        materialize(task, root, cache_dir=cache_dir)
-        await run_setup(task, root)
-        shown = visible_tests(task, root)
+        base = await Base.build(base_spec(task, cache_dir=cache_dir), home)
+        shown = visible_tests(task, base.path)
         verdict.hidden_ok = not shown and bool(task.test_patch)
         if not verdict.hidden_ok:
             verdict.problems.append(f"FAIL_TO_PASS tests in the starting workspace: {shown[:3] or 'no test_patch'}")
-        trivial = await evaluate(task, root, timeout_s=timeout_s)
-        verdict.trivial_resolved = trivial["resolved"]
-        verdict.trivial_ok = trivial["fail_to_pass"].startswith("0/") and all(
-            t not in trivial["failing"] for t in task.PASS_TO_PASS)
+        trivial = await _grade(task, base, None, timeout_s)
+        verdict.trivial_resolved = bool(trivial.resolved)
+        verdict.trivial_ok = not trivial.masked and PASSED not in trivial.fail_to_pass.values() and all(
+            v == PASSED for v in trivial.pass_to_pass.values())
         if not verdict.trivial_ok:
-            verdict.problems.append(f"untouched: FAIL_TO_PASS passing {trivial['fail_to_pass']}, "
-                                    f"PASS_TO_PASS passing {trivial['pass_to_pass']}")
-        apply_patch(root, task.patch, "patch")
-        perfect = grade(task, (await run_tests(task, root, timeout_s=timeout_s)).outcomes)
-        verdict.perfect_ok = perfect["resolved"]
+            verdict.problems.append(f"untouched: {trivial.infra or trivial.counts()}")
+        perfect = await _grade(task, base, task.patch, timeout_s)
+        verdict.perfect_ok = bool(perfect.resolved)
         if not verdict.perfect_ok:
-            verdict.problems.append(f"reference patch: failing {perfect['failing'][:5]}")
-    except TaskError as err:
+            failing = [t for t, v in {**perfect.fail_to_pass, **perfect.pass_to_pass}.items() if v != PASSED]
+            verdict.problems.append(f"reference patch: {perfect.infra or failing[:5]}")
+    except (TaskError, BaseBuildError) as err:
         verdict.problems.append(str(err)[:500])
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
         verdict.seconds = round(time.perf_counter() - started, 2)
     return verdict
+
+
+async def _grade(task: Task, base: Base, diff: str | None, timeout_s: float) -> TaskGrade:
+    how = grading(task)
+    result = await grade(base, how["tests"], diff, patches=how["patches"], exclude_paths=how["exclude_paths"],
+                         limits=task_limits(Limits()), timeout_s=timeout_s)
+    return graded_task(task, result)
