@@ -36,6 +36,9 @@ class LoopConfig:
     """Model calls in one turn before stopping with max_turn_requests."""
     max_tokens_per_step: int = 1024
     """Most tokens one model call may generate."""
+    max_turn_tokens: int | None = None
+    """Most tokens the model calls of one turn may generate together (a benchmark's budget);
+    each call may generate what is left of it; None: no limit beyond the steps'."""
     temperature: float = 0.0
     tool_result_chars: int = 40_000
     """A safety net above the tools' own caps (which keep what matters, e.g. a log's tail)."""
@@ -163,9 +166,17 @@ class Agent:
         self._log("final_diff", diff=diff[: self.config.max_diff_chars], base_checkpoint_id=self._turn_base, truncated=cut)
 
     async def _steps(self, result: TurnResult) -> TurnResult:
+        spent = 0
         for step in range(self.config.max_steps):
+            left = self.config.max_tokens_per_step
+            if self.config.max_turn_tokens is not None:
+                left = min(left, self.config.max_turn_tokens - spent)
+                if left <= 0:
+                    result.stop_reason = "max_tokens"
+                    return result
             result.steps = step + 1
-            reply = await self._model_step()
+            reply = await self._model_step(left)
+            spent += reply.completion_tokens
             result.replies.append(reply)
             result.text = reply.content
             if reply.finish_reason == "length" and not reply.tool_calls:
@@ -178,7 +189,7 @@ class Agent:
         result.stop_reason = "max_turn_requests"
         return result
 
-    async def _model_step(self) -> Reply:
+    async def _model_step(self, max_tokens: int) -> Reply:
         tools = self.tools.openai_tools()
         self._fit_context(tools)
 
@@ -187,7 +198,7 @@ class Agent:
                 self._emit(ev.agent_message_chunk(chunk))
 
         reply = await self.policy.complete(
-            self.messages, tools, max_tokens=self.config.max_tokens_per_step,
+            self.messages, tools, max_tokens=max_tokens,
             temperature=self.config.temperature, on_text=on_text,
         )
         self._unique_ids(reply.tool_calls)
