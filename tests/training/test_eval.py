@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from scripted_policy import calls
@@ -89,7 +90,7 @@ class ByTask:
 
     model_id = "scripted"
     context_window = 100_000
-    started: list[str] = []
+    started: ClassVar[list[str]] = []
 
     def __init__(self) -> None:
         self.replies: list[Reply] | None = None
@@ -178,7 +179,7 @@ def test_the_budget_reaches_the_loop_and_policies_parse(tiny, tmp_path):
         {"endpoint": "http://127.0.0.1:8000/v1", "model": "m", "api_key": None}
     assert parse_policy("composer-mini").session() == {"model": None, "quantize": "int4"}
     (tmp_path / "ckpt").mkdir()
-    with pytest.raises(ValueError, match="needs a config.json"):
+    with pytest.raises(ValueError, match=r"needs a config\.json"):
         parse_policy(str(tmp_path / "ckpt"))
     (tmp_path / "ckpt" / "config.json").write_text("{}")
     assert parse_policy(str(tmp_path / "ckpt")).model == str((tmp_path / "ckpt").resolve())
