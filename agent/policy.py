@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -102,11 +103,17 @@ class EnginePolicy:
                 elif isinstance(event, ToolCallFailed):
                     errors.append(event.error)
 
+        # The engine's thread may still report after a cancelled caller's event loop has closed
+        # (a run cut short at its end): those reports have nobody to go to, and raising would
+        # stop the engine's thread for every other caller.
         def on_event(event) -> None:
-            loop.call_soon_threadsafe(take, parser.feed(event.text))
+            events = parser.feed(event.text)
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                loop.call_soon_threadsafe(take, events)
 
         def on_done(result) -> None:
-            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(result))
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(lambda: done.done() or done.set_result(result))
 
         cancel = self.engine.submit(prompt, params, on_event=on_event, on_done=on_done)
         try:

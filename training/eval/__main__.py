@@ -65,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="root of the run directories (one per suite)")
     p.add_argument("--instance", action="append", help="run only this task (repeatable)")
     p.add_argument("--limit", type=int, help="run only the first N tasks of each suite")
+    p.add_argument("--timeout", type=float, help="seconds per attempt instead of the suite's timeout_s (a slow machine)")
     p.add_argument("--allow-unsandboxed", action="store_true", help="run where the sandbox is weaker than bubblewrap")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (one line per attempt instead)")
     p.add_argument("--report", type=Path, metavar="RUN_DIR", help="rebuild a run's report from its records")
@@ -110,7 +111,8 @@ class Progress:
             self.bar.close()
 
 
-def run(args: argparse.Namespace, policy: PolicySpec, argv: list[str]) -> int:
+async def run(args: argparse.Namespace, policy: PolicySpec, argv: list[str]) -> int:
+    """Every suite in turn, in one event loop (an in-process engine is shared across them)."""
     suites = [load_suite(s) for s in args.suite] if args.suite else \
         [s for s in map(load_suite, suite_names()) if s.full_run]
     root = args.out or default_eval_dir() / policy.slug
@@ -121,9 +123,9 @@ def run(args: argparse.Namespace, policy: PolicySpec, argv: list[str]) -> int:
         run_dir = RunDir(root / suite.name)
         progress = Progress(suite.name, args.no_progress)
         try:
-            records = asyncio.run(run_suite(suite, policy, run_dir, tasks=tasks, parallel=args.parallel, api_key=api_key,
-                                            allow_unsandboxed=args.allow_unsandboxed, on_record=progress.record,
-                                            on_start=progress.start, command=command))
+            records = await run_suite(suite, policy, run_dir, tasks=tasks, parallel=args.parallel, api_key=api_key,
+                                      allow_unsandboxed=args.allow_unsandboxed, on_record=progress.record,
+                                      on_start=progress.start, command=command, timeout_s=args.timeout)
         finally:
             progress.close()
         report = build_report(run_dir.meta(), records, suite=suite, extra={"command": command, "machine": machine()})
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.parallel < 1:
             parser.error(f"--parallel must be at least 1, got {args.parallel}")
         policy = parse_policy(args.policy, model_name=args.model_name, quantize=args.quantize)
-        return run(args, policy, argv)
+        return asyncio.run(run(args, policy, argv))
     except (ValueError, OSError) as err:  # SuiteError, TaskError and bad --policy are ValueErrors
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -191,10 +191,17 @@ async def task_record(task: Task, seed: int, run: TaskRun, workspace: Path | Non
             "log": str(run.log_path) if run.log_path else None, "finished": time.time()}
 
 
+SPREAD = 4
+"""Attempts start in a spread order: every SPREAD-th task of the suite first, then the next
+offset, so a run stopped early (a slow machine, a kill) has sampled the whole suite (suites list
+their tasks grouped by module, with levels in turn) rather than its first module."""
+
+
 def todo(suite_tasks: list[Task], seeds: tuple[int, ...], records: list[dict[str, Any]]) -> list[tuple[Task, int]]:
-    """The attempts no record holds yet, seed by seed in the suite's order."""
+    """The attempts no record holds yet, seed by seed, each seed's in the spread order."""
     done = {(r["instance_id"], r["seed"]) for r in records}
-    return [(t, s) for s in seeds for t in suite_tasks if (t.instance_id, s) not in done]
+    order = sorted(range(len(suite_tasks)), key=lambda i: (i % SPREAD, i))
+    return [(suite_tasks[i], s) for s in seeds for i in order if (suite_tasks[i].instance_id, s) not in done]
 
 
 async def run_suite(suite: Suite, policy: PolicySpec, run_dir: RunDir, *, tasks: list[Task] | None = None,
@@ -202,20 +209,24 @@ async def run_suite(suite: Suite, policy: PolicySpec, run_dir: RunDir, *, tasks:
                     api_key: str | None = None, allow_unsandboxed: bool = False,
                     on_record: Callable[[dict[str, Any]], None] | None = None,
                     on_start: Callable[[int, int], None] | None = None,
-                    scheduler_options: dict[str, Any] | None = None, command: str | None = None) -> list[dict[str, Any]]:
+                    scheduler_options: dict[str, Any] | None = None, command: str | None = None,
+                    timeout_s: float | None = None) -> list[dict[str, Any]]:
     """Runs the attempts of `tasks` (default: the suite's) that `run_dir` has no record of, at
     most `parallel` at once, appending each record as it finishes; returns every record of the
     run. `policy_factory` makes a Policy per attempt (a scripted one in tests); without it
-    the session builds `policy`'s. `on_start(done, total)` is called once before any attempt."""
+    the session builds `policy`'s. `on_start(done, total)` is called once before any attempt.
+    `timeout_s` replaces the suite's clock per attempt (a slow or shared machine: the clock is a
+    safety net, not the budget; running out masks the attempt as an infrastructure failure)."""
     tasks = suite.tasks() if tasks is None else tasks
     meta = {"suite": suite.name, "suite_path": str(suite.path), "budget": asdict(suite.budget),
             "instances": [t.instance_id for t in tasks], "policy": policy.to_json()}
-    run_dir.start(meta | {"created": time.time(), "command": command})
+    timeout_s = timeout_s or suite.budget.timeout_s
+    run_dir.start(meta | {"created": time.time(), "command": command, "timeout_s": timeout_s})
     pending = todo(tasks, suite.budget.seeds, run_dir.records())
     if on_start is not None:
         on_start(len(tasks) * len(suite.budget.seeds) - len(pending), len(tasks) * len(suite.budget.seeds))
     session = {**policy.session(api_key), "loop": loop_config(suite), "allow_unsandboxed": allow_unsandboxed}
-    config = RunConfig(log_dir=run_dir.sessions, session=session, timeout_s=suite.budget.timeout_s)
+    config = RunConfig(log_dir=run_dir.sessions, session=session, timeout_s=timeout_s)
     options = {"max_concurrency": parallel, "allow_unsandboxed": allow_unsandboxed, **(scheduler_options or {})}
     base_dir = options.get("base_dir") or default_base_dir()
     async with Scheduler(**options) as scheduler:
