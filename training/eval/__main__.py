@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--suite", action="append", help="a suite name or manifest path (repeatable; default: the full-run suites)")
     p.add_argument("--policy", help="composer-mini, a checkpoint directory, or an OpenAI-compatible base URL")
     p.add_argument("--model-name", help="the model to ask an endpoint for (default: its only one)")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding an endpoint's key")
+    p.add_argument("--api-key-env", default="COMPOSER_API_KEY", help="environment variable holding an endpoint's key (as composer-lsp reads)")
     p.add_argument("--quantize", choices=["int4", "none"], default="int4", help="in-process weights (default int4)")
     p.add_argument("--parallel", type=int, default=2, help="attempts at once (default 2)")
     p.add_argument("--out", type=Path, help="root of the run directories (one per suite)")
