@@ -20,9 +20,9 @@ from scripted_policy import calls
 from agent.policy import Reply
 from training.eval.__main__ import main as eval_main
 from training.eval.report import build_report, compare, load_report, paired, write_report
-from training.eval.runner import RunDir, loop_config, parse_policy, run_suite
+from training.eval.runner import RunDir, loop_config, parse_policy, run_suite, todo
 from training.eval.suite import load_suite
-from training.tasks import DEFAULT_TEST_CMD
+from training.tasks import DEFAULT_TEST_CMD, Task
 
 TEST_CMD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 " + DEFAULT_TEST_CMD
 STATS = ("def _total(xs):\n    t = 0\n    for x in xs:\n        t += x\n    return t\n\n\n"
@@ -185,6 +185,14 @@ def test_the_budget_reaches_the_loop_and_policies_parse(tiny, tmp_path):
     assert parse_policy(str(tmp_path / "ckpt")).model == str((tmp_path / "ckpt").resolve())
     with pytest.raises(ValueError, match="not composer-mini"):
         parse_policy("gpt-5")
+
+
+def test_attempts_start_spread_over_the_suite_and_skip_recorded_ones():
+    tasks = [Task(instance_id=f"t{i}", problem_statement="p", FAIL_TO_PASS=("x",), source=None) for i in range(9)]
+    pending = todo(tasks, (0, 1), [{"instance_id": "t4", "seed": 0}])
+    assert [(t.instance_id, s) for t, s in pending[:8]] == [
+        ("t0", 0), ("t8", 0), ("t1", 0), ("t5", 0), ("t2", 0), ("t6", 0), ("t3", 0), ("t7", 0)]
+    assert len(pending) == 17 and pending[8] == (tasks[0], 1)
 
 
 def fake_report(resolved: dict[str, float], spec: str) -> dict:
