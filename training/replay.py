@@ -6,6 +6,7 @@ to the log.
 
     python -m training.replay LOG.jsonl [--workspace-source DIR] [--tests CMD] [--keep DIR]
     python -m training.replay LOG.jsonl --task TASKS.jsonl [--instance ID] [--no-write]
+        [--allow-unsandboxed]                   # below bubblewrap it refuses without this
     report = await replay_session(Path("LOG.jsonl"), workspace_source=None, tests="pytest -q")
     report = await replay_session(Path("LOG.jsonl"), task=task)   # report["grade"]: a TaskGrade's JSON
 
@@ -52,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.checkpoints import CheckpointStore
+from agent.isolation import UnsandboxedError
 from agent.loop import LoopConfig
 from agent.redact import redact, redact_obj
 from agent.session import default_tools
@@ -249,9 +251,10 @@ def _snapshot_base(header: dict[str, Any], records: list[dict[str, Any]], dest: 
 async def replay_session(log_path: Path, *, workspace_source: Path | None = None, tests: str | None = None,
                          task: Task | None = None, write: bool = True, keep: Path | None = None,
                          timeout_s: float = 600, state_dir: str | None = None,
-                         base_dir: str | None = None) -> dict[str, Any]:
+                         base_dir: str | None = None, allow_unsandboxed: bool = False) -> dict[str, Any]:
     """Replays the session of `log_path` in an environment and returns the report (see the
-    module docstring); with `task`, grades the result and (when `write`) logs the grade."""
+    module docstring); with `task`, grades the result and (when `write`) logs the grade.
+    Below bubblewrap it refuses (UnsandboxedError) unless `allow_unsandboxed`."""
     started = time.perf_counter()
     records = read_session(log_path)
     if not records or records[0].get("type") != "session" or not isinstance(records[0].get("workspace"), str):
@@ -263,11 +266,12 @@ async def replay_session(log_path: Path, *, workspace_source: Path | None = None
     limits = task_limits(Limits(timeout_s=timeout_s))
     with tempfile.TemporaryDirectory(prefix="composer-replay-") as tmp:
         if task is not None:
-            base = await Base.build(base_spec(task), base_dir)
+            base = await Base.build(base_spec(task), base_dir, allow_unsandboxed=allow_unsandboxed)
             source = {"kind": "task", "instance_id": task.instance_id, "base": str(base.path)}
         else:
             base, source = _snapshot_base(header, records, Path(tmp) / "snapshot", workspace_source, notes)
-        async with await Environment.create(base, limits=limits, state_dir=state_dir) as env:
+        async with await Environment.create(base, limits=limits, state_dir=state_dir,
+                                            allow_unsandboxed=allow_unsandboxed) as env:
             replayer = Replayer(header["workspace"], env)
             await replayer.replay(records)
             if not replayer.final_diffs:  # nothing logged: nothing may have changed
@@ -323,14 +327,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="do not append the grade to the log")
     parser.add_argument("--keep", type=Path, help="copy the replayed workspace to this new directory")
     parser.add_argument("--timeout", type=float, default=600, help="seconds for each command (--tests, the grading tests)")
+    parser.add_argument("--allow-unsandboxed", action="store_true",
+                        help="replay even where the sandbox is weaker than bubblewrap (agent/isolation.py)")
     args = parser.parse_args(argv)
     try:
         task = None
         if args.task is not None:
             task = pick_task(args.task, args.instance, next(iter(read_session(args.log, limit=1)), {}))
         report = asyncio.run(replay_session(args.log, workspace_source=args.workspace_source, tests=args.tests,
-                                            task=task, write=not args.no_write, keep=args.keep, timeout_s=args.timeout))
-    except (ReplayError, TaskError, EnvError, SessionLogError, OSError) as err:
+                                            task=task, write=not args.no_write, keep=args.keep, timeout_s=args.timeout,
+                                            allow_unsandboxed=args.allow_unsandboxed))
+    except (ReplayError, TaskError, EnvError, SessionLogError, UnsandboxedError, OSError) as err:
         print(json.dumps({"error": str(err)}))
         return 2
     print(json.dumps(report, indent=2))

@@ -9,7 +9,8 @@ and the RL rollout workers both call this.
     reward = score(read_session(run.log_path), run.grade)     # training/rewards.py
 
     python -m training.run TASKS.jsonl [--instance ID ...] [--model DIR | --endpoint URL]
-        [--log-dir DIR] [--max-steps N] [--parallel N]     # one JSON line per task
+        [--log-dir DIR] [--max-steps N] [--parallel N] [--allow-unsandboxed]
+                                                           # one JSON line per task
 
 One run:
   1. environment up: a view of the task's base (`training.tasks.base_spec`: the workspace
@@ -30,6 +31,10 @@ apply when grading all give a TaskGrade with `infra` and `infra_stage` set, `res
 masked outcome record. A wrong answer (tests failing, a test command timing out, the step limit
 reached) is `resolved` False.
 
+Where the sandbox is weaker than bubblewrap, the scheduler refuses to start (UnsandboxedError,
+raised by run_task, exit status 2 on the command line) unless `RunConfig.allow_unsandboxed`
+(`--allow-unsandboxed`) or the user's config.toml opts in: a refusal is not a grade.
+
 `policy` is a Policy (agent.policy) shared by the runs, a zero-argument callable that makes one
 per run (what Ray workers need: an engine does not pickle), or None: the session builds it from
 `RunConfig.session` (model, endpoint, quantize: agent.session.SessionConfig's fields).
@@ -48,6 +53,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from agent.isolation import UnsandboxedError
 from agent.loop import LoopConfig
 from agent.session_log import SessionLog, read_session
 from agent.unidiff import touched_paths
@@ -93,6 +99,14 @@ class RunConfig:
     """For the scheduler run_task makes when given none: its environments' state directory."""
     base_dir: str | None = None
     """For the scheduler run_task makes when given none: where bases are built."""
+    allow_unsandboxed: bool = False
+    """For the scheduler run_task makes when given none: run even where the sandbox is weaker
+    than bubblewrap (it refuses otherwise: agent/isolation.py). A given scheduler has its own."""
+
+    def scheduler(self, max_concurrency: int) -> Scheduler:
+        """The scheduler run_task and run_tasks make when given none."""
+        return Scheduler(max_concurrency=max_concurrency, state_dir=self.state_dir, base_dir=self.base_dir,
+                         allow_unsandboxed=self.allow_unsandboxed)
 
 
 @dataclass(frozen=True)
@@ -239,7 +253,7 @@ async def run_task(task: Task, policy: Any = None, *, config: RunConfig | None =
     Without a scheduler, one is made for this run (and closed after it)."""
     config = config or RunConfig()
     if scheduler is None:
-        async with Scheduler(max_concurrency=1, state_dir=config.state_dir, base_dir=config.base_dir) as own:
+        async with config.scheduler(1) as own:
             return await run_task(task, policy, config=config, scheduler=own)
     result = await scheduler.submit(task_job(task, policy, config))
     return await asyncio.to_thread(finish_task, task, result, config)
@@ -252,7 +266,7 @@ async def run_tasks(tasks: Sequence[Task], policy: Any = None, *, config: RunCon
     tasks' order; `on_done` is called as each finishes (a progress bar)."""
     config = config or RunConfig()
     if scheduler is None:
-        async with Scheduler(max_concurrency=parallel, state_dir=config.state_dir, base_dir=config.base_dir) as own:
+        async with config.scheduler(parallel) as own:
             return await run_tasks(tasks, policy, config=config, scheduler=own, on_done=on_done)
 
     async def one(task: Task) -> TaskRun:
@@ -275,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=LoopConfig().max_tokens_per_step)
     parser.add_argument("--timeout", type=float, default=1800, help="the harness's clock per task, seconds")
     parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--allow-unsandboxed", action="store_true",
+                        help="run even where the sandbox is weaker than bubblewrap (agent/isolation.py)")
     args = parser.parse_args(argv)
     tasks = [t for t in load_tasks(args.tasks) if not args.instance or t.instance_id in args.instance]
     missing = set(args.instance or ()) - {t.instance_id for t in tasks}
@@ -282,14 +298,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no task {sorted(missing)} in {args.tasks}")
     session = {"model": args.model, "endpoint": args.endpoint,
                "loop": LoopConfig(max_steps=args.max_steps, max_tokens_per_step=args.max_tokens)}
-    config = RunConfig(log_dir=args.log_dir, session=session, timeout_s=args.timeout)
+    config = RunConfig(log_dir=args.log_dir, session=session, timeout_s=args.timeout,
+                       allow_unsandboxed=args.allow_unsandboxed)
 
     def report(run: TaskRun) -> None:
         reward = score(read_session(run.log_path), run.grade) if run.log_path else None
         print(json.dumps({"task": run.task_id, "log": str(run.log_path) if run.log_path else None,
                           "grade": run.grade.to_json(), "reward": reward.to_json() if reward else None}), flush=True)
 
-    asyncio.run(run_tasks(tasks, None, config=config, parallel=args.parallel, on_done=report))
+    try:
+        asyncio.run(run_tasks(tasks, None, config=config, parallel=args.parallel, on_done=report))
+    except UnsandboxedError as err:  # refused before any task ran: not a grade
+        print(json.dumps({"error": str(err)}), flush=True)
+        return 2
     return 0
 
 

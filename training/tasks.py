@@ -349,7 +349,8 @@ def write_inline(files: dict[str, str], dest: Path) -> None:
 
 def materialize(task: Task, dest: Path, *, cache_dir: Path | None = None) -> Path:
     """Builds the task's starting workspace at `dest` (which must not exist or be empty): the
-    source (copied, cloned, unpacked or written from the line), then source.patch, committed. Setup commands are separate (`run_setup`)."""
+    source (copied, cloned, unpacked or written from the line), then source.patch, committed.
+    Setup commands run separately, when the base is built (`base_spec`)."""
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise TaskError(f"workspace destination {dest} is not empty")

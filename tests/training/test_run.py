@@ -10,30 +10,31 @@ Run: .venv/bin/python -m pytest tests/training/test_run.py
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from add_task import add_task_line
 from scripted_policy import ScriptedPolicy, calls
 
+import agent.sandbox
+from agent.isolation import UnsandboxedError
 from agent.policy import Reply
+from agent.sandbox import sandbox_support
 from agent.session_log import read_session, validate_record
 from training.envs import Scheduler
 from training.replay import replay_session
 from training.rewards import score
 from training.run import RunConfig, run_task, run_tasks
 from training.run import main as run_main
-from training.tasks import DEFAULT_TEST_CMD, Task, load_tasks
+from training.tasks import Task, load_tasks
 
-BUG = ("diff --git a/pkg/__init__.py b/pkg/__init__.py\n--- a/pkg/__init__.py\n+++ b/pkg/__init__.py\n"
-       "@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a + b\n+    return a - b\n")
 HIDDEN = ("diff --git a/test_hidden.py b/test_hidden.py\nnew file mode 100644\n--- /dev/null\n+++ b/test_hidden.py\n"
           "@@ -0,0 +1,4 @@\n+from pkg import add\n+\n+def test_add_hidden():\n+    assert add(2, 3) == 5\n")
-TEST_CMD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 " + DEFAULT_TEST_CMD
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -43,18 +44,10 @@ FIX = [calls(("edit_file", {"path": "pkg/__init__.py", "old_string": "a - b", "n
 
 
 def make_tasks(tmp_path: Path) -> list[Task]:
-    src = tmp_path / "src"
-    (src / "pkg").mkdir(parents=True)
-    (src / "pkg" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
-    (src / "test_pkg.py").write_text("from pkg import add\n\ndef test_add():\n    assert add(2, 3) == 5\n\n"
-                                     "def test_zero():\n    assert add(0, 0) == 0\n")
-    common = {"problem_statement": "add(2, 3) gives -1", "source": {"kind": "dir", "path": "src", "patch": BUG},
-              "test_cmd": TEST_CMD}
-    lines = [common | {"instance_id": "visible", "FAIL_TO_PASS": ["test_pkg.py::test_add"],
-                       "PASS_TO_PASS": ["test_pkg.py::test_zero"]},
-             common | {"instance_id": "hidden", "FAIL_TO_PASS": ["test_hidden.py::test_add_hidden"],
-                       "PASS_TO_PASS": ["test_pkg.py::test_zero"], "test_patch": HIDDEN},
-             common | {"instance_id": "broken-setup", "FAIL_TO_PASS": ["test_pkg.py::test_add"], "setup": ["exit 3"]}]
+    lines = [add_task_line(tmp_path, instance_id="visible"),
+             add_task_line(tmp_path, instance_id="hidden", FAIL_TO_PASS=["test_hidden.py::test_add_hidden"],
+                           test_patch=HIDDEN),
+             add_task_line(tmp_path, instance_id="broken-setup", setup=["exit 3"])]
     path = tmp_path / "tasks.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return load_tasks(path)
@@ -129,7 +122,7 @@ async def test_infrastructure_failures_are_masked_not_wrong_answers(setting):
     outcome = [r for r in logged(crashed) if r["type"] == "outcome"][-1]
     assert outcome["masked"] is True and outcome["value"] is None and outcome["reward"] is None
     assert score(read_session(crashed.log_path)).status == "masked"
-    slow = await run_task(visible, ScriptedPolicy([], sleep_s=60), config=replace(config, timeout_s=1))
+    slow = await run_task(visible, ScriptedPolicy([], sleep_s=60), config=dataclasses.replace(config, timeout_s=1))
     assert slow.grade.masked and slow.grade.infra_stage == "timeout" and slow.log_path.is_file()
     assert any(r["type"] == "cancelled" for r in logged(slow))
 
@@ -155,6 +148,23 @@ async def test_a_task_runs_log_is_replayed_and_regraded(setting, tmp_path):
                             str(tmp_path / "tasks.jsonl"), "--instance", "nope"], capture_output=True, text=True,
                            cwd=ROOT, env=env, timeout=120)
     assert wrong.returncode == 2 and "no task 'nope'" in json.loads(wrong.stdout)["error"]
+
+
+async def test_below_bubblewrap_runs_are_refused_unless_opted_in(setting, monkeypatch, tmp_path):
+    (visible, _, _), config = setting
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))  # no user opt-in
+    weak = dataclasses.replace(sandbox_support(), isolation="none", available=("none",))
+    monkeypatch.setattr(agent.sandbox, "_support", weak)
+    with pytest.raises(UnsandboxedError, match="--allow-unsandboxed"):
+        await run_task(visible, ScriptedPolicy(FIX), config=config)
+    assert not (tmp_path / "logs").exists()  # refused before any session: not a grade
+    run = await run_task(visible, ScriptedPolicy(FIX), config=dataclasses.replace(config, allow_unsandboxed=True))
+    assert run.grade.resolved is True and run.isolation.endswith("+none")
+    with pytest.raises(UnsandboxedError):
+        await replay_session(run.log_path, task=visible, state_dir=config.state_dir, base_dir=config.base_dir)
+    report = await replay_session(run.log_path, task=visible, state_dir=config.state_dir, base_dir=config.base_dir,
+                                  allow_unsandboxed=True, write=False)
+    assert report["matches"] is True and report["grade"]["resolved"] is True
 
 
 def test_run_command_line_refuses_unknown_instances(setting, tmp_path, capsys):

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from add_task import add_task_line
 
 from training.envs import Base
 from training.tasks import (
@@ -127,17 +128,7 @@ def test_pytest_summary_parsing_counts_subtests_and_teardown_errors():
 
 
 def _dir_task(tmp_path: Path, **fields) -> Task:
-    src = tmp_path / "src"
-    (src / "pkg").mkdir(parents=True)
-    (src / "pkg" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
-    (src / "test_pkg.py").write_text("from pkg import add\n\ndef test_add():\n    assert add(2, 3) == 5\n\n"
-                                     "def test_zero():\n    assert add(0, 0) == 0\n")
-    bug = ("diff --git a/pkg/__init__.py b/pkg/__init__.py\n--- a/pkg/__init__.py\n+++ b/pkg/__init__.py\n"
-           "@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a + b\n+    return a - b\n")
-    fix = bug.replace("-    return a + b\n+    return a - b", "-    return a - b\n+    return a + b")
-    line = {"instance_id": "dir-1", "problem_statement": "add(2, 3) is -1", "source": {"kind": "dir", "path": "src", "patch": bug},
-            "patch": fix, "FAIL_TO_PASS": ["test_pkg.py::test_add"], "PASS_TO_PASS": ["test_pkg.py::test_zero"],
-            "test_cmd": "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 " + DEFAULT_TEST_CMD} | fields
+    line = add_task_line(tmp_path, **fields)
     (task,) = load_tasks(write_lines(tmp_path / "tasks.jsonl", line))
     return task
 

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agent.isolation import UnsandboxedError
 from training.eval.report import build_report, compare, load_report, write_report
 from training.eval.runner import PolicySpec, RunDir, parse_policy, run_suite
 from training.eval.suite import Suite, SuiteError, load_suite, suite_names
@@ -161,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--parallel must be at least 1, got {args.parallel}")
         policy = parse_policy(args.policy, model_name=args.model_name, quantize=args.quantize)
         return asyncio.run(run(args, policy, argv))
-    except (ValueError, OSError) as err:  # SuiteError, TaskError and bad --policy are ValueErrors
+    except (ValueError, OSError, UnsandboxedError) as err:  # SuiteError, TaskError, a bad --policy
+        # are ValueErrors; UnsandboxedError: no bubblewrap, no --allow-unsandboxed (nothing ran)
         print(f"error: {err}", file=sys.stderr)
         return 2
 

@@ -225,8 +225,9 @@ async def run_suite(suite: Suite, policy: PolicySpec, run_dir: RunDir, *, tasks:
     pending = todo(tasks, suite.budget.seeds, run_dir.records())
     if on_start is not None:
         on_start(len(tasks) * len(suite.budget.seeds) - len(pending), len(tasks) * len(suite.budget.seeds))
-    session = {**policy.session(api_key), "loop": loop_config(suite), "allow_unsandboxed": allow_unsandboxed}
-    config = RunConfig(log_dir=run_dir.sessions, session=session, timeout_s=timeout_s)
+    session = {**policy.session(api_key), "loop": loop_config(suite)}
+    config = RunConfig(log_dir=run_dir.sessions, session=session, timeout_s=timeout_s,
+                       allow_unsandboxed=allow_unsandboxed)
     options = {"max_concurrency": parallel, "allow_unsandboxed": allow_unsandboxed, **(scheduler_options or {})}
     base_dir = options.get("base_dir") or default_base_dir()
     async with Scheduler(**options) as scheduler:
