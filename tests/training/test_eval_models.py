@@ -3,7 +3,9 @@ bug-fix task end to end in-process, then the same task through model.serve as a 
 temperature 0 with --parallel 1 both runs make the same model calls (prompt and completion token
 ids, step by step), the same tool calls and the same scores, whatever those scores are.
 
-The budget is cut to two short steps so the test stays minutes long on a shared CPU.
+The budget is cut to two short steps so the test stays minutes long on a shared CPU. Every
+environment is a new directory and the system prompt names the workspace by its absolute path,
+so prompts are compared decoded with that path masked; completions are compared as token ids.
 
 Run: .venv/bin/python -m pytest -m slow tests/training/test_eval_models.py
 """
@@ -22,6 +24,7 @@ from aiohttp import web
 from agent.session import _shared_engine
 from agent.session_log import read_session
 from model.serve import create_app
+from model.tokenizer import Tokenizer
 from training.eval.__main__ import main as eval_main
 from training.eval.suite import SUITES_DIR
 
@@ -58,11 +61,15 @@ def serve_in_thread(engine) -> tuple[str, callable]:
     return f"http://127.0.0.1:{port}/v1", stop
 
 
-def calls_of(record: dict) -> list[tuple]:
+def calls_of(record: dict, tokenizer: Tokenizer) -> list[list[tuple]]:
+    """The model calls (prompt, completion ids, finish) and tool calls of an attempt's log, with
+    its environment's absolute path written as <ROOT>: each environment has its own directory,
+    which the system prompt names (see the module docstring)."""
     records = read_session(Path(record["log"]))
-    models = [(r["prompt_token_ids"], r["completion_token_ids"], r["finish_reason"])
-              for r in records if r["type"] == "model_call"]
-    tools = [(r["name"], json.dumps(r["arguments"], sort_keys=True), r["status"])
+    root = records[0]["workspace"]
+    models = [(tokenizer.decode(r["prompt_token_ids"]).replace(root, "<ROOT>"), r["completion_token_ids"],
+               r["finish_reason"]) for r in records if r["type"] == "model_call"]
+    tools = [(r["name"], json.dumps(r["arguments"], sort_keys=True).replace(root, "<ROOT>"), r["status"])
              for r in records if r["type"] == "tool_call"]
     return [models, tools]
 
@@ -82,17 +89,18 @@ def test_composer_mini_in_process_and_through_model_serve_run_the_same(composer_
     assert report["complete"] and report["summary"]["attempts"] == 1
     assert (tmp_path / "engine" / "one" / "report.png").stat().st_size > 0
     assert local["status"] == "scored" and local["resolved"] in (True, False)
-    engine_calls = calls_of(local)
-    assert engine_calls[0] and all(ids and len(out) <= 24 for ids, out, _ in engine_calls[0])
+    tokenizer = Tokenizer.from_dir(composer_mini_dir)
+    engine_calls = calls_of(local, tokenizer)
+    assert engine_calls[0] and all(prompt and len(out) <= 24 for prompt, out, _ in engine_calls[0])
 
-    url, stop = serve_in_thread(_shared_engine(str(composer_mini_dir), "int4"))
+    url, stop = serve_in_thread(_shared_engine(str(Path(composer_mini_dir).resolve()), "int4"))  # the run's own
     try:
         assert eval_main([*common, "--policy", url, "--out", str(tmp_path / "served")]) == 0
     finally:
         stop()
     served = the_record(tmp_path / "served")
     assert served["status"] == "scored"
-    assert calls_of(served) == engine_calls  # the same token ids step by step, the same tool calls
+    assert calls_of(served, tokenizer) == engine_calls  # the same tokens step by step, the same tool calls
     for key in ("resolved", "steps", "tool_calls", "stop_reason"):
         assert served[key] == local[key], key
     assert served["reward"]["success"] == local["reward"]["success"]
