@@ -30,9 +30,9 @@ from agent.loop import Agent, LoopConfig, TurnResult
 from agent.outcomes import settle_previous_session, split_turns, turn_signals, undo_signal
 from agent.permission_files import load_policy
 from agent.permissions import PermissionPolicy, rollout_policy
-from agent.policy import EndpointPolicy, EnginePolicy, Policy
+from agent.policy import EndpointPolicy, EnginePolicy, Policy, endpoint_tokenizer
 from agent.prompt import system_prompt
-from agent.replay import call_ids, conversation, history_updates, last_turn_checkpoint
+from agent.replay import call_ids, conversation, history_updates, last_turn_checkpoint, token_state
 from agent.retrieval.repomap import workspace_repo_map
 from agent.retrieval.service import live_index
 from agent.sandbox import isolation_status
@@ -78,6 +78,9 @@ class SessionConfig:
     """An OpenAI-compatible base URL; None runs the in-process engine."""
     model: str | None = None
     """Checkpoint directory (in-process) or model name (endpoint); None is composer-mini."""
+    tokenizer: Path | None = None
+    """The endpoint's model's checkpoint (its tokenizer), for token-in prompts; None: `model`
+    when it is a local checkpoint, composer-mini's when `model` names it, else text only."""
     api_key: str | None = None
     quantize: str = "int4"
     """In-process engine weights: int4 (fast on CPUs) or none."""
@@ -165,7 +168,8 @@ class Session:
                      ctx.state, client=config.client, auto_allow=config.auto_allow)
         if policy is None:
             if config.endpoint:
-                policy = EndpointPolicy(config.endpoint, model=config.model, api_key=config.api_key)
+                tokenizer = await asyncio.to_thread(endpoint_tokenizer, str(config.tokenizer or config.model or ""))
+                policy = EndpointPolicy(config.endpoint, model=config.model, api_key=config.api_key, tokenizer=tokenizer)
             else:
                 engine = await asyncio.to_thread(_shared_engine, config.model, config.quantize)
                 policy = EnginePolicy(engine)
@@ -181,11 +185,15 @@ class Session:
         header = {k: v for k, v in (("client", config.client), ("task_id", config.task_id)) if v}
         if log is None:
             await asyncio.to_thread(_settle_previous, root, workspace, config.log_dir)
+        model = {"id": policy.model_id, "backend": "endpoint" if config.endpoint else "engine"}
+        if hasattr(policy, "engine"):
+            model["weight_version"] = getattr(policy.engine, "weight_version", 0)
         log = log or SessionLog.open(
-            root, model={"id": policy.model_id, "backend": "endpoint" if config.endpoint else "engine"},
-            sampler={"temperature": config.loop.temperature, "max_tokens": config.loop.max_tokens_per_step},
-            tools=tools.openai_tools(), system_prompt=system, log_dir=config.log_dir, **header,
+            root, model=model, tools=tools.openai_tools(), system_prompt=system, log_dir=config.log_dir,
+            sampler={"temperature": config.loop.temperature, "top_p": config.loop.top_p, "seed": config.loop.seed,
+                     "max_tokens": config.loop.max_tokens_per_step}, **header,
         )
+        log.tokenizer = getattr(policy, "tokenizer", None)  # redaction reaches the ids it writes
         checkpoints = CheckpointStore(root) if config.checkpoints else None
         agent = Agent(
             policy, tools, ctx, system=system, config=config.loop, permissions=permissions,
@@ -201,8 +209,9 @@ class Session:
         path = log_path_of(config.workspace, session_id, config.log_dir)
         records = read_session(path)
         session = await cls.create(config, log=SessionLog.reopen(path), **kwargs)
-        session.agent.resume(conversation(records, session.agent.messages[0]["content"]), call_ids(records),
-                             last_turn_checkpoint(records))
+        agent = session.agent
+        agent.resume(conversation(records, agent.messages[0]["content"]), call_ids(records),
+                     last_turn_checkpoint(records), token_state(records, agent.policy.model_id))
         return session, history_updates(records, session.agent.tools)
 
     @property

@@ -11,6 +11,15 @@ the same logits).
     engine = Engine.from_pretrained()                    # composer-mini, built on first use
     [out] = engine.generate([engine.tokenizer.encode_chat(messages)], SamplingParams(max_tokens=64))
     async for event in engine.stream(prompt_ids, params): print(event.text, end="")
+    engine.load_weights(state_dict, version=3)           # RL weight sync (see load_weights)
+
+Weight versions: `engine.weight_version` (0 at load unless given) names the weights; every
+Completion carries the version it ran on. A request runs on one version from prefill to its last
+token: `load_weights` swaps only between decoding steps, after the requests running at that
+moment have finished ("finish", the default) or have been ended with finish_reason "abort"
+("abort"; the caller resumes one by sending prompt_ids + token_ids as a new request). Requests
+that arrive meanwhile wait and run on the new weights. The KV cache holds nothing across a load
+(model/layers.py's KVCache.reset states the rule a prefix cache must keep).
 
 Legend: B active rows, S positions fed per row this step, V vocab, L layers, k experts per token.
 """
@@ -24,7 +33,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,15 +46,18 @@ from model.fused_decode import (
     enabled_by_env,
     unsupported_reason,
 )
-from model.hf import load_model
+from model.hf import load_model, load_state_dict
 from model.layers import KVCache
 from model.openmp import release_openmp_threads
 from model.sampling import SamplingParams
 from model.sequence import Completion, Sequence, StreamEvent
 from model.speculative import propose
 from model.transformer import Transformer
+from model.weights import WeightUpdate
 
 PREFILL_CHUNK = 2048
+IN_FLIGHT = ("finish", "abort")
+"""What load_weights does with running requests: let them finish on the old weights, or end them."""
 
 
 class ContextLengthError(ValueError):
@@ -53,6 +65,36 @@ class ContextLengthError(ValueError):
 
 
 @dataclass
+class WeightLoad:
+    """What one load_weights call did."""
+
+    version: int
+    tensors: int
+    """Named tensors applied."""
+    prepare_seconds: float
+    """Checking, converting and re-quantizing, while the engine kept serving."""
+    drain_seconds: float
+    """Waiting for the running requests to finish (or to be ended) at a step boundary."""
+    swap_seconds: float
+    """Copying the weights in and resetting the cache: the engine is paused only for this."""
+    aborted: int
+    """Requests ended with finish_reason "abort"."""
+
+
+@dataclass
+class _Swap:
+    update: WeightUpdate
+    version: int
+    in_flight: str
+    requested: float = field(default_factory=time.perf_counter)
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+    drain_seconds: float = 0.0
+    swap_seconds: float = 0.0
+    aborted: int = 0
+
+
+@dataclass(eq=False)  # compared by identity: the active list holds each request once
 class _Pending:
     seq: Sequence
     on_event: Callable[[StreamEvent], None]
@@ -69,11 +111,12 @@ class Engine:
         max_batch: int = 8,
         max_seq_len: int | None = None,
         fused_decode: bool | None = None,
+        weight_version: int = 0,
     ) -> None:
         """`fused_decode`: decode a lone sequence's plain steps in one C++ call
         (model/fused_decode.py; int4 models only, the same logits). None (default): when the
         model is int4 and the extension builds, unless COMPOSER_FUSED_DECODE=0; True: required
-        (raises when unavailable); False: never."""
+        (raises when unavailable); False: never. `weight_version` names the model's weights."""
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = model.config
@@ -82,7 +125,8 @@ class Engine:
         self.dtype = model.embed.weight.dtype
         self.device = model.embed.weight.device
         # One extra position: draft padding of short rows is written there and never attended to.
-        self.cache = KVCache(self.config, max_batch, self.max_seq_len + 1, self.dtype, self.device)
+        self.weight_version = _check_version(weight_version)
+        self.cache = KVCache(self.config, max_batch, self.max_seq_len + 1, self.dtype, self.device, weight_version)
         self._active: list[_Pending] = []
         self._queue: queue.Queue[_Pending] = queue.Queue()
         self._wake = threading.Event()
@@ -90,6 +134,8 @@ class Engine:
         self._lock = threading.Lock()
         self._closed = False
         self._token_table = None
+        self._swap: _Swap | None = None
+        self._load_lock = threading.Lock()
         self.fused = self._build_fused(fused_decode)
         atexit.register(self.close)
 
@@ -207,6 +253,46 @@ class Engine:
             self._thread.join()
         self._closed = False
 
+    def load_weights(
+        self, weights: Mapping[str, torch.Tensor] | str | Path, version: int | None = None, *, in_flight: str = "finish"
+    ) -> WeightLoad:
+        """Loads new weights into the running engine and names them `version` (default: the
+        current version + 1); returns when requests run on them.
+
+        `weights`: a state dict under the checkpoint's Hugging Face names, the model's own
+        parameter names, or both; all tensors or some (e.g. the ones a LoRA merge changed); or
+        the path of a safetensors file or checkpoint directory. Every tensor is checked (names,
+        shapes, floating dtypes, finite values) and converted (int4: re-quantized) before the
+        engine pauses; a bad one raises model.weights.WeightUpdateError and nothing is written.
+
+        In-flight requests (`in_flight`): "finish" lets the requests running now finish on the
+        old weights (their Completion.weight_version is the old version) and holds new ones
+        back until the swap; "abort" ends them at the next step boundary with finish_reason
+        "abort" and the old version (resume one by sending prompt_ids + token_ids again). Either
+        way no request mixes versions; "finish" waits up to the running requests' max_tokens,
+        "abort" up to one decoding step. The swap itself is a copy into the live tensors, then
+        the KV cache is reset and the fused step rebuilt. Call it from any thread but the
+        engine's; the tensors are read until it returns."""
+        if in_flight not in IN_FLIGHT:
+            raise ValueError(f"in_flight must be one of {IN_FLIGHT}, got {in_flight!r}")
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("load_weights was called on the engine's own thread (from a callback); it would wait forever")
+        with self._load_lock:
+            version = _check_version(self.weight_version + 1 if version is None else version)
+            started = time.perf_counter()
+            tensors = load_state_dict(weights) if isinstance(weights, (str, Path)) else weights
+            swap = _Swap(WeightUpdate.prepare(self.model, tensors), version, in_flight)
+            prepared = time.perf_counter()
+            self._swap = swap
+            self._ensure_worker()
+            self._wake.set()
+            swap.done.wait()
+        if swap.error is not None:
+            raise swap.error
+        return WeightLoad(
+            version, len(swap.update.names), prepared - started, swap.drain_seconds, swap.swap_seconds, swap.aborted
+        )
+
     # ---- requests -------------------------------------------------------------------------------
 
     def _new_sequence(self, prompt_ids: list[int], params: SamplingParams) -> Sequence:
@@ -240,6 +326,10 @@ class Engine:
         torch.set_grad_enabled(False)
         idle = False
         while True:
+            swap = self._swap
+            if swap is not None and (not self._active or swap.in_flight == "abort"):
+                self._swap_weights(swap)
+                continue
             if not self._active and self._queue.empty():
                 if self._closed:
                     return
@@ -252,7 +342,8 @@ class Engine:
             idle = False
             try:
                 with torch.inference_mode():
-                    self._admit()
+                    if swap is None:  # during a drain, new requests wait for the new weights
+                        self._admit()
                     self._drop_cancelled()
                     if self._active:
                         self._decode_step()
@@ -261,6 +352,27 @@ class Engine:
                     pending.on_done(err)
                 self._active.clear()
 
+    def _swap_weights(self, swap: _Swap) -> None:
+        """On the worker, between steps, once no request is left running: the swap itself."""
+        started = time.perf_counter()
+        swap.drain_seconds = started - swap.requested
+        try:
+            for pending in list(self._active):  # in_flight="abort"
+                pending.seq.finish("abort")
+                self._after_step(pending)
+                swap.aborted += 1
+            swap.update.apply()
+            self.cache.reset(swap.version)
+            if self.fused is not None:
+                self.fused = FusedDecode.build(self.model, self.cache)
+            self.weight_version = swap.version
+        except BaseException as err:  # not expected: every tensor was checked and converted
+            swap.error = err
+        finally:
+            swap.swap_seconds = time.perf_counter() - started
+            self._swap = None
+            swap.done.set()
+
     def _admit(self) -> None:
         while len(self._active) < self.max_batch:
             try:
@@ -268,7 +380,8 @@ class Engine:
             except queue.Empty:
                 return
             if pending.cancelled.is_set():
-                pending.on_done(pending.seq.finish("cancelled"))
+                pending.seq.finish("cancelled")
+                self._after_step(pending)
                 continue
             row = len(self._active)
             self._active.append(pending)
@@ -374,8 +487,11 @@ class Engine:
         if event is not None:
             pending.on_event(event)
         if seq.finish_reason is not None:
-            self._release(pending)
-            pending.on_done(seq.completion())
+            if pending in self._active:
+                self._release(pending)
+            done = seq.completion()
+            done.weight_version = self.weight_version
+            pending.on_done(done)
 
     def _drop_cancelled(self) -> None:
         for pending in list(self._active):
@@ -392,3 +508,9 @@ class Engine:
             self.cache.move_row(last, row, moved.seq.length)
             self._active[row] = moved
         self._active.pop()
+
+
+def _check_version(version: object) -> int:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise ValueError(f"a weight version is an integer >= 0, got {version!r}")
+    return version

@@ -8,7 +8,8 @@ reductions and matmuls are the ATen ops the Python path calls and the elementwis
 loops, so its logits are bit-identical to the eager path's (tests/model/test_fused_decode.py).
 
 The extension compiles on first use (20-60 s with g++ and ninja) into
-`$COMPOSER_HOME/torch_extensions/` and loads from there afterwards. When it cannot (no compiler,
+`$COMPOSER_HOME/torch_extensions/` (a directory per torch version and source file) and loads from
+there afterwards. When it cannot (no compiler,
 a build error) the engine keeps the eager path and says why once on stderr.
 `COMPOSER_FUSED_DECODE=0` turns it off.
 
@@ -21,6 +22,7 @@ Legend: V vocab, E experts.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import sys
@@ -49,10 +51,13 @@ def enabled_by_env() -> bool:
 
 
 def build_directory() -> Path:
-    """Per torch and Python version: an extension built against another torch must not load."""
+    """Per torch and Python version (an extension built against another torch must not load) and
+    per source file, by its path and content: torch rebuilds whenever the build command or the
+    source changes, so checkouts sharing one directory would otherwise rebuild in turn."""
     from model.home import composer_home
 
-    tag = f"torch-{torch.__version__}-py{sys.version_info.major}{sys.version_info.minor}".replace("+", "_")
+    source = hashlib.sha1(str(SOURCE).encode() + b"\0" + SOURCE.read_bytes()).hexdigest()[:12]
+    tag = f"torch-{torch.__version__}-py{sys.version_info.major}{sys.version_info.minor}-{source}".replace("+", "_")
     return composer_home() / "torch_extensions" / tag / "fused_decode"
 
 

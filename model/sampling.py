@@ -2,12 +2,19 @@
 seeded generator, the sampled token's logprob and the top alternatives, and the optional
 tool-call constraint (model/constrained.py) that masks candidates which would break a call.
 
-Logprobs are those of the distribution the token was drawn from: log_softmax(logits / T), with
-T = 1 for greedy, before top-p truncation (what RL's importance ratios need).
+Logprobs (the "sampling" convention, the one session logs record and the trainer recomputes):
+log_softmax(logits / T) over the whole vocabulary, with T = 1 for greedy decoding, taken before
+top-p truncation and before the tool-call constraint.
+
+Each choice also says whether the constraint forced it: the constraint allowed only that one
+token, or it replaced the sampler's own choice (greedy: the best token was not allowed; sampling:
+the first draw was rejected). A forced token's probability under the policy is not what chose it,
+so training masks it (training/data.py).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +84,8 @@ class Choice:
     token: int
     logprob: float
     top: list[tuple[int, float]]
+    forced: bool = False
+    """The tool-call constraint chose this token (see the module docstring)."""
 
 
 class Sampler:
@@ -90,36 +99,56 @@ class Sampler:
     def choose(self, logits_V: torch.Tensor, tokens_left: int) -> Choice:
         p = self.params
         logprobs_V = torch.log_softmax(logits_V.float() / (p.temperature or 1.0), dim=-1)
+        constraint = p.constraint
+        constrained = constraint is not None and constraint.is_constraining
         if p.greedy:
-            token = self._first_allowed(logprobs_V, tokens_left)
+            token, replaced = self._first_allowed(logprobs_V, tokens_left, constrained)
         else:
-            token = self._sample(logprobs_V, tokens_left)
+            token, replaced = self._sample(logprobs_V, tokens_left, constrained)
         top: list[tuple[int, float]] = []
         if p.top_logprobs:
             values, ids = logprobs_V.topk(p.top_logprobs)
             top = list(zip(ids.tolist(), values.tolist()))
-        return Choice(token, float(logprobs_V[token]), top)
+        forced = constrained and (replaced or _only_allowed(constraint, token, logprobs_V, tokens_left))
+        return Choice(token, float(logprobs_V[token]), top, forced)
 
-    def _first_allowed(self, logprobs_V: torch.Tensor, tokens_left: int) -> int:
-        constraint = self.params.constraint
-        if constraint is None or not constraint.is_constraining:
-            return int(logprobs_V.argmax())
+    def _first_allowed(self, logprobs_V: torch.Tensor, tokens_left: int, constrained: bool) -> tuple[int, bool]:
+        best = int(logprobs_V.argmax())
+        if not constrained:
+            return best, False
         # The model's 64 best, then the constraint's own shortest way forward.
-        return constraint.first_allowed(logprobs_V.topk(64).indices.tolist(), tokens_left)
+        token = self.params.constraint.first_allowed(_best(logprobs_V), tokens_left)
+        return token, token != best
 
-    def _sample(self, logprobs_V: torch.Tensor, tokens_left: int) -> int:
+    def _sample(self, logprobs_V: torch.Tensor, tokens_left: int, constrained: bool) -> tuple[int, bool]:
+        """The drawn token, and whether the constraint replaced the first draw."""
         probs_V = logprobs_V.exp()
         if self.params.top_p < 1.0:
             sorted_p, order = probs_V.sort(descending=True)
             keep = sorted_p.cumsum(0) - sorted_p < self.params.top_p  # always keeps the top token
             probs_V = torch.zeros_like(probs_V).scatter_(0, order[keep], sorted_p[keep])
         constraint = self.params.constraint
-        for _ in range(32):
+        for attempt in range(32):
             token = int(torch.multinomial(probs_V, 1, generator=self.generator))
-            if constraint is None or not constraint.is_constraining or constraint.is_allowed(token, tokens_left):
-                return token
+            if not constrained or constraint.is_allowed(token, tokens_left):
+                return token, attempt > 0
             probs_V[token] = 0.0
             if float(probs_V.sum()) <= 0.0:
                 break
         # The model keeps proposing tokens the constraint forbids: take its best allowed one.
-        return constraint.first_allowed(logprobs_V.topk(64).indices.tolist(), tokens_left)
+        return constraint.first_allowed(_best(logprobs_V), tokens_left), True
+
+
+def _best(logprobs_V: torch.Tensor) -> list[int]:
+    """The model's 64 likeliest tokens, best first."""
+    return logprobs_V.topk(min(64, logprobs_V.numel())).indices.tolist()
+
+
+def _only_allowed(constraint: Any, token: int, logprobs_V: torch.Tensor, tokens_left: int) -> bool:
+    """Whether `token` is the one token the constraint allows now. The model's likeliest tokens
+    are tried first, so the usual answer (another is allowed) comes after a few checks; only a
+    state that admits a single token scans the whole vocabulary."""
+    for other in itertools.chain(_best(logprobs_V), range(len(constraint.table))):
+        if other != token and constraint.is_allowed(other, tokens_left):
+            return False
+    return True

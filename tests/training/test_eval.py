@@ -98,7 +98,7 @@ class ByTask:
     def count_tokens(self, messages, tools) -> int:
         return 1
 
-    async def complete(self, messages, tools, *, max_tokens, temperature=0.0, on_text=None) -> Reply:
+    async def complete(self, messages, tools, *, max_tokens, temperature=0.0, on_text=None, **sampler) -> Reply:
         if self.replies is None:
             request = next(m["content"] for m in messages if m["role"] == "user")
             ByTask.started.append(request.split()[0])
@@ -173,8 +173,8 @@ async def test_a_killed_run_continues_without_rerunning_or_duplicating(tiny):
 
 def test_the_budget_reaches_the_loop_and_policies_parse(tiny, tmp_path):
     suite, _ = tiny
-    loop = loop_config(suite)
-    assert (loop.max_steps, loop.max_tokens_per_step, loop.max_turn_tokens, loop.temperature) == (4, 64, 256, 0.0)
+    loop = loop_config(suite, 7)
+    assert (loop.max_steps, loop.max_tokens_per_step, loop.max_turn_tokens, loop.temperature, loop.seed) == (4, 64, 256, 0.0, 7)
     assert parse_policy("http://127.0.0.1:8000/v1/", model_name="m").session() == \
         {"endpoint": "http://127.0.0.1:8000/v1", "model": "m", "api_key": None}
     assert parse_policy("composer-mini").session() == {"model": None, "quantize": "int4"}

@@ -25,8 +25,8 @@ A record (`task_record`):
     adherence                      Adherence.to_json() where the task names helpers, else null
     stop_reason, steps, tool_calls, timings, isolation, log, metadata (level, kind)
 
-The seed of an attempt is recorded; the samplers take none yet, so attempts at a temperature
-above 0 differ by chance alone (every shipped suite runs at 0 with one seed).
+Each attempt's seed seeds its sampler (LoopConfig.seed: the first model call takes the seed, the
+next ones seed + 1, ...), so an attempt at a temperature above 0 is reproducible too.
 
 Tests: .venv/bin/python -m pytest tests/training/test_eval.py
 """
@@ -39,7 +39,7 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +103,11 @@ def parse_policy(text: str, *, model_name: str | None = None, quantize: str = "i
     raise ValueError(f"--policy {text!r}: not composer-mini, an existing checkpoint directory or an http(s) URL")
 
 
-def loop_config(suite: Suite) -> LoopConfig:
-    """The agent loop under the suite's budget."""
+def loop_config(suite: Suite, seed: int | None = None) -> LoopConfig:
+    """The agent loop under the suite's budget, its sampler seeded with `seed`."""
     b = suite.budget
     return LoopConfig(max_steps=b.max_steps, max_tokens_per_step=b.max_tokens_per_step,
-                      max_turn_tokens=b.max_tokens, temperature=b.temperature)
+                      max_turn_tokens=b.max_tokens, temperature=b.temperature, seed=seed)
 
 
 class RunDir:
@@ -225,14 +225,14 @@ async def run_suite(suite: Suite, policy: PolicySpec, run_dir: RunDir, *, tasks:
     pending = todo(tasks, suite.budget.seeds, run_dir.records())
     if on_start is not None:
         on_start(len(tasks) * len(suite.budget.seeds) - len(pending), len(tasks) * len(suite.budget.seeds))
-    session = {**policy.session(api_key), "loop": loop_config(suite)}
-    config = RunConfig(log_dir=run_dir.sessions, session=session, timeout_s=timeout_s,
+    config = RunConfig(log_dir=run_dir.sessions, session=policy.session(api_key), timeout_s=timeout_s,
                        allow_unsandboxed=allow_unsandboxed)
     options = {"max_concurrency": parallel, "allow_unsandboxed": allow_unsandboxed, **(scheduler_options or {})}
     base_dir = options.get("base_dir") or default_base_dir()
     async with Scheduler(**options) as scheduler:
         async def attempt(task: Task, seed: int) -> None:
-            run = await run_task(task, policy_factory, config=config, scheduler=scheduler)
+            seeded = replace(config, session={**config.session, "loop": loop_config(suite, seed)})
+            run = await run_task(task, policy_factory, config=seeded, scheduler=scheduler)
             workspace = await _workspace(task, base_dir, allow_unsandboxed) if task.metadata.get("helpers") else None
             record = await task_record(task, seed, run, workspace)
             await asyncio.to_thread(run_dir.append, record)
