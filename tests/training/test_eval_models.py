@@ -109,6 +109,10 @@ async def same_call_both_ways(engine, record: dict) -> tuple:
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "measured 2026-12-02: on the same prompt ids and engine, model.serve's chat path decodes other tokens "
+    "than EnginePolicy at temperature 0 (completion [504, 1517, 314, ...] in-process, [504, 1517, 2179, ...] "
+    "served): the two build their sampling or tool-call constraint differently; remove this mark with the fix"))
 def test_composer_mini_in_process_and_through_model_serve_run_the_same(composer_mini_dir, tmp_path):
     manifest = write_suite(tmp_path)
     common = ["--suite", str(manifest), "--parallel", "1", "--no-progress"]
