@@ -49,6 +49,9 @@ class LoopConfig:
     """Model calls in one turn before stopping with max_turn_requests."""
     max_tokens_per_step: int = 1024
     """Most tokens one model call may generate."""
+    max_turn_tokens: int | None = None
+    """Most tokens the model calls of one turn may generate together (a benchmark's budget);
+    each call may generate what is left of it; None: no limit beyond the steps'."""
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
@@ -239,9 +242,17 @@ class Agent:
         self._log("final_diff", diff=diff[: self.config.max_diff_chars], base_checkpoint_id=self._turn_base, truncated=cut)
 
     async def _steps(self, result: TurnResult) -> TurnResult:
+        spent = 0
         for step in range(self.config.max_steps):
+            left = self.config.max_tokens_per_step
+            if self.config.max_turn_tokens is not None:
+                left = min(left, self.config.max_turn_tokens - spent)
+                if left <= 0:
+                    result.stop_reason = "max_tokens"
+                    return result
             result.steps = step + 1
-            reply, note = await self._model_step()
+            reply, note = await self._model_step(left)
+            spent += reply.completion_tokens
             result.replies.append(reply)
             result.text = reply.content
             if reply.finish_reason == "length" and not reply.tool_calls:
@@ -263,9 +274,9 @@ class Agent:
         if note:
             self.messages.append({"role": "user", "content": note})
 
-    async def _model_step(self) -> tuple[Reply, str]:
-        """One model call, its message added; with the harness's note on the calls that did not
-        run ("" when all did)."""
+    async def _model_step(self, max_tokens: int) -> tuple[Reply, str]:
+        """One model call (at most `max_tokens`), its message added; with the harness's note on
+        the calls that did not run ("" when all did)."""
         tools = self.tools.openai_tools()
         prompt = self._prompt(tools)
 
@@ -281,7 +292,7 @@ class Agent:
         if prompt is not None:
             options["prompt_ids"] = prompt.ids
         reply = await self.policy.complete(
-            self.messages, tools, max_tokens=self.config.max_tokens_per_step,
+            self.messages, tools, max_tokens=max_tokens,
             temperature=self.config.temperature, on_text=on_text, **options,
         )
         dropped = len(reply.tool_calls[self.config.max_calls_per_step:])

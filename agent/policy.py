@@ -21,6 +21,7 @@ temperature is 0 or 1 (where every convention agrees), and are None otherwise.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import secrets
@@ -158,11 +159,16 @@ class EnginePolicy:
         text = _Text(tools, on_text)
         done: asyncio.Future = loop.create_future()
 
+        # The engine's thread may still report after a cancelled caller's event loop has closed
+        # (a run cut short at its end): those reports have nobody to go to, and raising would
+        # stop the engine's thread for every other caller.
         def on_event(event) -> None:
-            loop.call_soon_threadsafe(text.feed, event.text)
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                loop.call_soon_threadsafe(text.feed, event.text)
 
         def on_done(result) -> None:
-            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(result))
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(lambda: done.done() or done.set_result(result))
 
         cancel = self.engine.submit(prompt, params, on_event=on_event, on_done=on_done)
         try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +105,9 @@ class SessionConfig:
 
 
 _ENGINES: dict[tuple, Any] = {}
+_ENGINES_LOCK = threading.Lock()
+"""Sessions created together (a benchmark's parallel attempts) build their engine in threads:
+one builds it, the others wait for it, so no second copy is loaded."""
 
 
 def _shared_engine(model: str | None, quantize: str):
@@ -112,9 +116,10 @@ def _shared_engine(model: str | None, quantize: str):
     from model.engine import Engine
 
     key = (model, quantize)
-    if key not in _ENGINES:
-        _ENGINES[key] = Engine.from_pretrained(model, quantize=quantize)
-    return _ENGINES[key]
+    with _ENGINES_LOCK:
+        if key not in _ENGINES:
+            _ENGINES[key] = Engine.from_pretrained(model, quantize=quantize)
+        return _ENGINES[key]
 
 
 def _settle_previous(root: Path, workspace: Workspace, log_dir: Path | None) -> None:

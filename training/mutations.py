@@ -8,11 +8,15 @@ made as a text edit at the node's exact span, so the rest of the file stays byte
         broken = m.apply(source)                 # bytes; ast.parse(broken) succeeds
 
 Kinds (SWE-smith's procedural modifications, the classic ones):
-  operator_swap      < <=, > >=, == !=, in / not in, is / is not, + -, * +, // *, and or, += -=
+  operator_swap      + -, * +, // *, % //, << >>, & |, and / or, += -=
+  wrong_comparison   < <=, > >=, == !=, in / not in, is / is not
   off_by_one         an int literal +-1, a range() stop or a slice bound +-1
-  dropped_condition  `a and b` -> `a` (or `b`), `not x` -> `x`
+  dropped_condition  `a and b` -> `a` (or `b`)
+  missing_negation   `not x` -> `x`
   wrong_return       return True <-> False, `return x` -> `return None` (not in generators)
   swapped_args       f(a, b, ...) -> f(b, a, ...)
+  wrong_constant     True <-> False outside a return, an int literal >= 2 doubled, a one-character
+                     separator string swapped (',' ';', ':' '=', '-' '_', '.' ',', ' ' '')
 
 Offsets are byte offsets into the UTF-8 source (ast's col_offset counts bytes).
 Tests: .venv/bin/python -m pytest tests/training/test_taskgen.py -k mutation
@@ -24,7 +28,8 @@ import ast
 import re
 from dataclasses import dataclass
 
-KINDS = ("operator_swap", "off_by_one", "dropped_condition", "wrong_return", "swapped_args")
+KINDS = ("operator_swap", "wrong_comparison", "off_by_one", "dropped_condition", "missing_negation",
+         "wrong_return", "swapped_args", "wrong_constant")
 _CMP = {ast.Lt: ("<", ast.LtE), ast.LtE: ("<=", ast.Lt), ast.Gt: (">", ast.GtE), ast.GtE: (">=", ast.Gt),
         ast.Eq: ("==", ast.NotEq), ast.NotEq: ("!=", ast.Eq), ast.In: ("in", ast.NotIn),
         ast.NotIn: ("not in", ast.In), ast.Is: ("is", ast.IsNot), ast.IsNot: ("is not", ast.Is)}
@@ -39,6 +44,8 @@ _NOISY_CALLS = frozenset({"print", "max", "min", "isinstance", "issubclass", "ge
                           "super", "zip", "format", "warn", "join"})
 """Calls whose swapped arguments make a TypeError or nothing at all, not a bug worth a task."""
 _GAP_CHARS = " \t\r\n\\()"
+_SEPARATORS = {",": ";", ";": ",", ":": "=", "=": ":", "-": "_", "_": "-", ".": ",", " ": ""}
+"""wrong_constant's one-character strings and what each becomes."""
 
 
 @dataclass(frozen=True)
@@ -155,7 +162,7 @@ class _Finder(ast.NodeVisitor):
             symbol, swap = _CMP[type(op)]
             where = self.operator(self.span(left)[1], self.span(right)[0], symbol)
             if where is not None:
-                self.add("operator_swap", *where, _CMP[swap][0], node)
+                self.add("wrong_comparison", *where, _CMP[swap][0], node)
             left = right
         self.generic_visit(node)
 
@@ -189,11 +196,11 @@ class _Finder(ast.NodeVisitor):
                 self.add("dropped_condition", start, end, _paren(self.node_text(kept), kept), node)
         self.generic_visit(node)
 
-    # ---- dropped_condition, off_by_one, wrong_return, swapped_args -------------------------
+    # ---- missing_negation, off_by_one, wrong_constant, wrong_return, swapped_args ---------
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> None:
         if isinstance(node.op, ast.Not):
-            self.add("dropped_condition", *self.span(node), _paren(self.node_text(node.operand), node.operand), node)
+            self.add("missing_negation", *self.span(node), _paren(self.node_text(node.operand), node.operand), node)
         self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
@@ -202,6 +209,15 @@ class _Finder(ast.NodeVisitor):
             self.add("off_by_one", *self.span(node), str(value + 1), node)
             if value > 0:
                 self.add("off_by_one", *self.span(node), str(value - 1), node)
+            if value >= 2:
+                self.add("wrong_constant", *self.span(node), str(value * 2), node)
+        elif type(value) is bool:
+            self.add("wrong_constant", *self.span(node), str(not value), node)
+        elif type(value) is str and value in _SEPARATORS:
+            text = self.node_text(node)
+            quote = text[-1] if text[-1:] in "'\"" else None
+            if quote is not None and text == quote + value + quote:  # not r'', implicit concatenation, f-string text
+                self.add("wrong_constant", *self.span(node), quote + _SEPARATORS[value] + quote, node)
 
     def _plus_one(self, node: ast.expr | None) -> None:
         if node is not None and not isinstance(node, ast.Constant | ast.Starred):
@@ -232,7 +248,8 @@ class _Finder(ast.NodeVisitor):
         if value is not None and self.functions:
             if isinstance(value, ast.Constant) and isinstance(value.value, bool):
                 self.add("wrong_return", *self.span(value), str(not value.value), node)
-            elif not (isinstance(value, ast.Constant) and value.value is None) and not _is_generator(self.functions[-1]):
+                return  # the returned bool is wrong_return's, not wrong_constant's
+            if not (isinstance(value, ast.Constant) and value.value is None) and not _is_generator(self.functions[-1]):
                 self.add("wrong_return", *self.span(value), "None", node)
         self.generic_visit(node)
 

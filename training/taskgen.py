@@ -1,7 +1,8 @@
 """Bug-fix tasks from real PyPI packages and their own test suites, SWE-smith style: take the
 package's sdist, mutate one function (training/mutations.py), keep the mutants that make tests
 fail, and write each as a task (training/tasks.py format) whose starting workspace is the sdist
-with the bug and whose gold `patch` undoes it.
+with the bug and without the tests that catch it, whose `test_patch` puts those tests back at
+grading, and whose gold `patch` undoes the bug.
 
     python -m training.taskgen --package toolz --version 1.2.0 --out tasks.jsonl --max-tasks 5 --seed 0
     python -m training.taskgen --package more-itertools --sdist more_itertools-11.2.1.tar.gz --out tasks.jsonl --append
@@ -25,6 +26,9 @@ For each mutant (chosen with --seed, balancing the mutation kinds, one task per 
   4. the problem statement is the failing test's traceback as pytest prints it (--tb=short),
      keeping only the test's own frames and the error lines, never a frame of the library, and
      dropping any line that holds the changed code: it shows the symptom, not the fix.
+  5. the FAIL_TO_PASS test functions leave the workspace (training/patches.py: source.patch is the
+     bug plus their removal; test_patch restores them); a test that is no function of a test file
+     (a doctest, a generated test) cannot be hidden, and its mutant is dropped.
 
 It prints a JSON summary (candidates, tried, kept, survived, ...). Tests:
 .venv/bin/python -m pytest tests/training/test_taskgen.py
@@ -35,7 +39,6 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
-import difflib
 import hashlib
 import json
 import random
@@ -50,6 +53,7 @@ from pathlib import Path
 
 from agent.sandbox import run_sandboxed
 from training.mutations import KINDS, Mutation, find_mutations, parses
+from training.patches import HideError, file_diff, hide_tests
 from training.tasks import (
     PASSED,
     TEST_ENV,
@@ -69,6 +73,8 @@ from training.tasks import (
 TEST_CMD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -q -p no:cacheprovider -rA --tb=short {tests}"
 MAX_F2P = 50
 MAX_STATEMENT_LINES = 30
+HIDDEN_NOTE = ("These tests are not in the checkout: they run when the fix is graded. They describe the "
+               "intended behaviour: fix the library so that they pass.")
 _SKIP_DIRS = {"tests", "test", "testing", "docs", "doc", "examples", "benchmarks", "build", "dist"}
 
 
@@ -81,6 +87,7 @@ class Stats:
     no_fail_to_pass: int = 0
     unstable: int = 0
     no_statement: int = 0
+    unhideable: int = 0
     timed_out: int = 0
     tried_by_kind: Counter = field(default_factory=Counter)
     kept_by_kind: Counter = field(default_factory=Counter)
@@ -162,16 +169,6 @@ def related_tests(mutation: Mutation, collected: list[str], refs: dict[str, set[
 # ---- diffs and statements --------------------------------------------------------------------
 
 
-def file_diff(path: str, old: str, new: str) -> str:
-    """A git-style unified diff of one file (`git apply` takes it from the workspace root)."""
-    lines = list(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                      f"a/{path}", f"b/{path}", n=3))
-    if not lines:
-        return ""
-    body = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
-    return f"diff --git a/{path} b/{path}\n{body}"
-
-
 def _changed_lines(diff: str) -> set[str]:
     return {line[1:].strip() for line in diff.splitlines()
             if line[:1] in "+-" and not line.startswith(("+++", "---")) and len(line[1:].strip()) >= 4}
@@ -220,14 +217,12 @@ def problem_statement(package: str, version: str, f2p: list[str], output: str, t
             break
     else:
         return None
-    text = [f"`{test_id}` fails in {package} {version}.", "",
-            f"Running `python -m pytest {test_id}` in the project gives:", "", "```", *lines, "```", ""]
+    text = [f"`{test_id}` fails in {package} {version}:", "", "```", *lines, "```", ""]
     others = [t for t in f2p if t != test_id]
     if others:
         shown = ", ".join(f"`{t}`" for t in others[:5]) + (", ..." if len(others) > 5 else "")
         text += [f"{len(others)} other test{'s fail' if len(others) > 1 else ' fails'} as well: {shown}.", ""]
-    text.append("The tests describe the intended behaviour: fix the library so that they pass, without "
-                "changing the tests.")
+    text.append(HIDDEN_NOTE)
     return "\n".join(text)
 
 
@@ -342,6 +337,11 @@ class Generator:
         if statement is None:
             self.stats.no_statement += 1
             return None
+        try:
+            removal, test_patch = hide_tests(lambda rel: (self.root / rel).read_text(encoding="utf-8"), f2p)
+        except HideError:
+            self.stats.unhideable += 1
+            return None
         p2p = await self._verify(m, broken, original, f2p, candidates)
         if p2p is None:
             self.stats.unstable += 1
@@ -352,8 +352,10 @@ class Generator:
         name = re.sub(r"[^A-Za-z0-9]+", "_", self.package).lower()
         return Task(
             instance_id=f"{name}-{self.version}__mut-{digest}", problem_statement=statement,
-            source=Source(kind="pypi", name=self.package, version=self.version, sha256=self.sha256, patch=bug),
-            FAIL_TO_PASS=tuple(f2p), PASS_TO_PASS=tuple(p2p), patch=gold, repo=f"pypi/{self.package}",
+            source=Source(kind="pypi", name=self.package, version=self.version, sha256=self.sha256,
+                          patch=bug + removal),
+            FAIL_TO_PASS=tuple(f2p), PASS_TO_PASS=tuple(p2p), patch=gold, test_patch=test_patch,
+            repo=f"pypi/{self.package}",
             version=self.version, test_cmd=TEST_CMD,
             metadata={"generator": "training.taskgen", "seed": self.seed, "mutation": m.describe()},
         )
@@ -397,7 +399,7 @@ async def generate_tasks(package: str, *, version: str | None = None, sdist: Pat
     s = gen.stats
     summary = {"package": package, "version": found, "sdist": str(sdist), "candidates": s.candidates,
                "tried": s.tried, "kept": s.kept, "survived": s.survived, "no_fail_to_pass": s.no_fail_to_pass,
-               "unstable": s.unstable, "no_statement": s.no_statement,
+               "unstable": s.unstable, "no_statement": s.no_statement, "unhideable": s.unhideable,
                "timed_out": s.timed_out, "tried_by_kind": dict(s.tried_by_kind),
                "kept_by_kind": dict(s.kept_by_kind), "seconds": round(time.perf_counter() - started, 1)}
     return tasks, summary

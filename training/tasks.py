@@ -18,8 +18,10 @@ A plain SWE-bench line (no `source`) builds from https://github.com/<repo> at `b
 `FAIL_TO_PASS`/`PASS_TO_PASS` may be JSON-encoded strings (SWE-bench ships them so). A `pypi`
 source is the package's sdist: found in the cache (~/.cache/composer/sdists, or $COMPOSER_SDISTS),
 else fetched with `pip download --no-deps --no-binary :all: NAME==VERSION`, checked against
-`sha256`. Workspaces built from a dir or an sdist become git repos with one deterministic commit
-(the starting state, bug included), so the agent's `git diff` shows only its own changes.
+`sha256`. An `inline` source carries its files in the line (`"files": {path: text}`; tiny
+generated repositories, nothing to fetch). Workspaces built from a dir, an sdist or inline files
+become git repos with one deterministic commit (the starting state, bug included), so the
+agent's `git diff` shows only its own changes.
 
 Grading is SWE-bench's: resolved iff every FAIL_TO_PASS and every PASS_TO_PASS test passes;
 outcomes come from pytest's `-rA` summary lines (PASSED/FAILED/ERROR/XFAIL/XPASS/SUBFAILED). A
@@ -43,7 +45,7 @@ import tarfile
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import jsonschema
@@ -77,13 +79,15 @@ class TaskError(ValueError):
 @dataclass(frozen=True, kw_only=True)
 class Source:
     kind: str
-    """dir | git | pypi"""
+    """dir | git | pypi | inline"""
     path: str | None = None
     url: str | None = None
     commit: str | None = None
     name: str | None = None
     version: str | None = None
     sha256: str | None = None
+    files: dict[str, str] | None = None
+    """inline: {relative path: text}, the whole tree (a tiny generated repository)."""
     patch: str = ""
     """Applied after unpacking, before the starting commit (a generated task's bug)."""
 
@@ -330,10 +334,23 @@ def commit_all(root: Path, message: str) -> str:
     return git(root, "rev-parse", "HEAD").stdout.strip()
 
 
+def write_inline(files: dict[str, str], dest: Path) -> None:
+    """Writes an inline source's files under `dest`; TaskError, before anything is written, for
+    a path that is absolute, climbs out (`..`), names a folder, or enters git's own folder."""
+    for rel in files:
+        parts = PurePosixPath(rel).parts
+        if not parts or rel.startswith("/") or rel.endswith("/") or "\\" in rel or ".." in parts or ".git" in parts:
+            raise TaskError(f"inline source: {rel!r} is not a relative path inside the workspace")
+    for rel, text in files.items():
+        path = dest.joinpath(*PurePosixPath(rel).parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
 def materialize(task: Task, dest: Path, *, cache_dir: Path | None = None) -> Path:
     """Builds the task's starting workspace at `dest` (which must not exist or be empty): the
-    source, then source.patch, committed. Setup commands run separately, when
-    the base is built (`base_spec`)."""
+    source (copied, cloned, unpacked or written from the line), then source.patch, committed.
+    Setup commands run separately, when the base is built (`base_spec`)."""
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise TaskError(f"workspace destination {dest} is not empty")
@@ -346,6 +363,8 @@ def materialize(task: Task, dest: Path, *, cache_dir: Path | None = None) -> Pat
         if src.kind == "dir":
             shutil.copytree(src.path or "", dest, symlinks=True, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns(".composer"))
+        elif src.kind == "inline":
+            write_inline(src.files or {}, dest)
         else:
             unpack_sdist(fetch_sdist(src.name or "", src.version, cache_dir=cache_dir, sha256=src.sha256), dest)
         if not (dest / ".git").exists():

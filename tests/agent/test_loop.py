@@ -118,6 +118,23 @@ async def test_step_limit(tmp_path):
     assert result.stop_reason == "max_turn_requests" and result.steps == 3
 
 
+async def test_a_turn_token_budget_caps_each_call_and_stops_the_turn(tmp_path):
+    reply = calls(("look", {"seconds": 0}))
+    reply.completion_tokens = 300
+    agent, policy, _, _ = make_agent(tmp_path, [reply] * 10, config=LoopConfig(max_tokens_per_step=400, max_turn_tokens=1000))
+    asked: list[int] = []
+    complete = policy.complete
+
+    async def recording(messages, tools, *, max_tokens, **kw):
+        asked.append(max_tokens)
+        return await complete(messages, tools, max_tokens=max_tokens, **kw)
+
+    policy.complete = recording
+    result = await agent.run_turn("go")
+    assert asked == [400, 400, 400, 100]  # what is left of the turn's 1000, never more than a step's 400
+    assert result.stop_reason == "max_tokens" and result.steps == 4
+
+
 async def test_old_tool_outputs_are_shortened_first_when_the_context_fills(tmp_path):
     replies = [calls(("look", {"seconds": 0})) for _ in range(6)]
     config = LoopConfig(max_tokens_per_step=200, shortened_chars=100)

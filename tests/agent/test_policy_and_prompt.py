@@ -4,10 +4,13 @@ OpenAI-compatible server), and the system prompt carries the workspace's rules f
 from __future__ import annotations
 
 import socket
+import threading
+import time
 
 import pytest
 from aiohttp import web
 
+from agent import session as session_module
 from agent.policy import EndpointPolicy, EnginePolicy
 from agent.prompt import system_prompt
 from model.config import ModelConfig
@@ -83,3 +86,22 @@ def test_huge_rules_files_are_cut(tmp_path):
     (tmp_path / "AGENTS.md").write_text("rule\n" * 10_000)
     prompt = system_prompt(tmp_path)
     assert len(prompt) < 20_000 and "was cut to fit" in prompt
+
+
+def test_sessions_starting_together_share_one_engine(monkeypatch):
+    built: list[str] = []
+
+    def slow_build(model, quantize):
+        built.append(model)
+        time.sleep(0.2)  # long enough for the other thread to arrive while this one builds
+        return object()
+
+    monkeypatch.setattr(Engine, "from_pretrained", staticmethod(slow_build))
+    monkeypatch.setattr(session_module, "_ENGINES", {})
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(session_module._shared_engine("ckpt", "int4"))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert built == ["ckpt"] and len(got) == 3 and got[0] is got[1] is got[2]

@@ -2,7 +2,8 @@
 that `git apply` takes, problem statements that show the symptom and not the change, and (slow)
 `python -m training.taskgen` on two real PyPI packages from their committed sdists, whose tasks
 must hold up: the broken workspace fails exactly FAIL_TO_PASS and passes PASS_TO_PASS, and the
-gold patch makes everything pass. The curated set is checked the same way.
+gold patch makes everything pass, with the failing tests hidden from the workspace. The curated
+set is checked the same way.
 Run: .venv/bin/python -m pytest tests/training/test_taskgen.py"""
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from training.eval.verify import verify_task
 from training.mutations import find_mutations, parses
-from training.taskgen import file_diff, problem_statement, related_tests, statement_lines
-from training.tasks import PASSED, Task, apply_patch, load_tasks, materialize, run_tests
+from training.patches import file_diff
+from training.taskgen import problem_statement, related_tests, statement_lines
+from training.tasks import Task, apply_patch, load_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
@@ -36,6 +39,8 @@ def clip(xs, lo=0, hi=LIMIT):
             out.append(xs[i] + 1)
     total = 0
     total += len(out)
+    sep = ","
+    print(f"{sep},{total}", "x", sep * 10, flush=False)
     return out[:total]
 
 
@@ -62,17 +67,23 @@ def test_mutations_cover_every_kind_inside_functions_only():
     data = SOURCE.encode()
     mutations = find_mutations(data, "pkg/mod.py")
     kinds = by_kind(mutations)
-    assert ("clip", ">=", ">") in kinds["operator_swap"] and ("clip", "+=", "-=") in kinds["operator_swap"]
-    assert ("clip", "and", "or") in kinds["operator_swap"] and ("Box.has", "in", "not in") in kinds["operator_swap"]
+    assert ("clip", ">=", ">") in kinds["wrong_comparison"] and ("clip", "+=", "-=") in kinds["operator_swap"]
+    assert ("clip", "and", "or") in kinds["operator_swap"] and ("Box.has", "in", "not in") in kinds["wrong_comparison"]
     assert ("clip", "1", "2") in kinds["off_by_one"] and ("clip", "len(xs)", "len(xs) + 1") in kinds["off_by_one"]
     assert ("clip", "total", "total - 1") in kinds["off_by_one"]
-    assert ("clip", "not xs[i] > hi", "xs[i] > hi") in kinds["dropped_condition"]
+    assert ("clip", "not xs[i] > hi", "xs[i] > hi") in kinds["missing_negation"]
     src = "def f(a, b):\n    return not (a or b)\n"
-    assert [m.new for m in find_mutations(src, "m.py") if m.kind == "dropped_condition"] == ["(a or b)", "a", "b"]
+    assert [m.new for m in find_mutations(src, "m.py") if m.kind == "dropped_condition"] == ["a", "b"]
+    assert [m.new for m in find_mutations(src, "m.py") if m.kind == "missing_negation"] == ["(a or b)"]
     assert ("clip", "xs[i] >= lo and not xs[i] > hi", "xs[i] >= lo") in kinds["dropped_condition"]
     assert ("Box.ok", "True", "False") in kinds["wrong_return"] and ("Box.has", "item in self.items", "None") in kinds["wrong_return"]
     assert ("Box.gen", "self.a, self.b", "self.b, self.a") in kinds["swapped_args"]
     assert not any(m.function == "Box.gen" and m.kind == "wrong_return" for m in mutations)  # generators
+    assert ("clip", "10", "20") in kinds["wrong_constant"] and ("clip", '","', '";"') in kinds["wrong_constant"]
+    assert ("clip", "False", "True") in kinds["wrong_constant"]
+    assert not any(m.kind == "wrong_constant" and m.function == "Box.ok" for m in mutations)  # wrong_return's
+    strings = [old for _, old, _ in kinds["wrong_constant"] if old.startswith('"')]
+    assert strings == ['","']  # not the f-string's "," nor other strings
     assert all(m.line >= 5 for m in mutations)  # not the module docstring, LIMIT, or defaults
     for m in mutations:
         broken = m.apply(data)
@@ -127,19 +138,15 @@ def test_related_tests_match_function_and_class_names():
 
 
 async def check_task(task: Task, tmp: Path) -> None:
-    """The task holds up: broken fails exactly F2P (P2P pass); with the gold patch all pass;
+    """The task holds up (training/eval/verify.py): the FAIL_TO_PASS tests are hidden, the broken
+    workspace fails exactly them and passes PASS_TO_PASS, the gold patch makes everything pass;
     the statement shows no changed line."""
-    root = materialize(task, tmp / task.instance_id, cache_dir=DATA)
-    run = await run_tests(task, root)
-    failing = {t for t, outcome in run.outcomes.items() if outcome != PASSED}
-    assert failing == set(task.FAIL_TO_PASS), (task.instance_id, run.output[-3000:])
-    assert all(run.outcomes[t] == PASSED for t in task.PASS_TO_PASS)
-    apply_patch(root, task.patch)
-    fixed = await run_tests(task, root)
-    assert all(o == PASSED for o in fixed.outcomes.values()), (task.instance_id, fixed.output[-3000:])
+    verdict = await verify_task(task, tmp, cache_dir=DATA)
+    assert verdict.ok and not verdict.trivial_resolved, (task.instance_id, verdict.problems)
     changed = {line[1:].strip() for line in task.patch.splitlines()
                if line[:1] in "+-" and not line.startswith(("+++", "---")) and len(line[1:].strip()) >= 4}
     assert changed and not any(c in task.problem_statement for c in changed), task.instance_id
+    assert "not in the checkout" in task.problem_statement
     assert task.metadata["mutation"]["old"] not in ("", task.metadata["mutation"]["new"])
 
 

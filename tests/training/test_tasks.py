@@ -15,6 +15,7 @@ from training.envs import Base
 from training.tasks import (
     DEFAULT_TEST_CMD,
     MISSING,
+    Source,
     Task,
     TaskError,
     TaskGrade,
@@ -203,6 +204,47 @@ def test_curated_set_loads_and_spans_two_packages():
     assert len(packages) >= 2 and all(t.source.kind == "pypi" for t in tasks)
     for task in tasks:
         assert task.FAIL_TO_PASS and task.patch.startswith("diff --git ") and task.source.patch
+
+
+INLINE_FILES = {"pkg/__init__.py": "def add(a, b):\n    return a + b\n",
+                "tests/test_pkg.py": "from pkg import add\n\ndef test_add():\n    assert add(2, 3) == 5\n"}
+
+
+async def test_inline_source_writes_its_files_and_grades(tmp_path):
+    bug = ("diff --git a/pkg/__init__.py b/pkg/__init__.py\n--- a/pkg/__init__.py\n+++ b/pkg/__init__.py\n"
+           "@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a + b\n+    return a - b\n")
+    line = {"instance_id": "inline-1", "problem_statement": "add(2, 3) is -1", "FAIL_TO_PASS": ["tests/test_pkg.py::test_add"],
+            "source": {"kind": "inline", "files": INLINE_FILES, "patch": bug},
+            "test_cmd": "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 " + DEFAULT_TEST_CMD}
+    (task,) = load_tasks(write_lines(tmp_path / "t.jsonl", line))
+    assert task.source.files == INLINE_FILES and parse_task(task.to_json()) == task
+    root = materialize(task, tmp_path / "ws")
+    assert (root / "pkg" / "__init__.py").read_text() == "def add(a, b):\n    return a - b\n"
+    status = subprocess.run(["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True)
+    assert status.stdout == ""
+    assert grade(task, (await run_tests(task, root)).outcomes).resolved is False
+    again = materialize(task, tmp_path / "ws2")  # the same starting commit every time
+    heads = [subprocess.run(["git", "-C", str(r), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+             for r in (root, again)]
+    assert heads[0] == heads[1]
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "../up.py", "a/../../b.py", ".git/config", "a/.git/hooks/x", "a\\b.py", "dir/"])
+def test_inline_source_rejects_paths_outside_the_workspace(tmp_path, path):
+    line = {"instance_id": "inline-2", "problem_statement": "p", "FAIL_TO_PASS": ["x"],
+            "source": {"kind": "inline", "files": {path: "x"}}}
+    with pytest.raises(TaskError, match="field 'source/files'"):
+        parse_task(line)
+    with pytest.raises(TaskError, match="not a relative path inside the workspace"):
+        materialize(Task(instance_id="i", problem_statement="p", FAIL_TO_PASS=("x",),
+                         source=Source(kind="inline", files={path: "x"})), tmp_path / "ws")
+    assert not (tmp_path / "ws").exists() or not any((tmp_path / "ws").rglob("*"))
+
+
+def test_inline_source_needs_files():
+    line = {"instance_id": "inline-3", "problem_statement": "p", "FAIL_TO_PASS": ["x"], "source": {"kind": "inline"}}
+    with pytest.raises(TaskError, match="'files' is a required property"):
+        parse_task(line)
 
 
 async def test_the_base_of_a_task_is_its_materialized_workspace(tmp_path):
