@@ -57,10 +57,15 @@ class Router(nn.Module):
 
     def forward(self, x_ND: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (weights_Nk in x's dtype, experts_Nk int64)."""
-        probs_NE = F.linear(x_ND, self.weight).float().softmax(dim=-1)
-        weights_Nk, experts_Nk = probs_NE.topk(self.top_k, dim=-1)
-        weights_Nk = weights_Nk / weights_Nk.sum(dim=-1, keepdim=True)
+        weights_Nk, experts_Nk = route(F.linear(x_ND, self.weight), self.top_k)
         return weights_Nk.to(x_ND.dtype), experts_Nk
+
+
+def route(logits_NE: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Router logits -> (weights_Nk fp32, experts_Nk): softmax over all experts in fp32, the
+    top k, renormalised to sum to 1 (the engine's runner routes with the same function)."""
+    weights_Nk, experts_Nk = logits_NE.float().softmax(dim=-1).topk(top_k, dim=-1)
+    return weights_Nk / weights_Nk.sum(dim=-1, keepdim=True), experts_Nk
 
 
 class Experts(nn.Module):

@@ -43,11 +43,14 @@ class Completion:
     """(positions, L, k) experts per fed position: the prompt, then each generated token but the
     last (which was never fed back). None unless asked for."""
     prefill_seconds: float
+    """From admission (a cache row free) to the first token."""
     decode_seconds: float
     num_draft_tokens: int = 0
     num_accepted_draft_tokens: int = 0
     stop_reason: str | int | None = None
     """The stop string or token id that ended the completion, if one did."""
+    cached_tokens: int = 0
+    """Prompt tokens served from the prefix cache instead of computed."""
 
 
 class Sequence:
@@ -63,6 +66,14 @@ class Sequence:
         self.logprobs: list[float] = []
         self.top: list[list[tuple[int, float]]] = []
         self.routing: list[torch.Tensor] = []
+        """Routed experts of the decoded positions (when asked for)."""
+        self.prompt_experts: list[torch.Tensor] = []
+        """Routed experts of the prompt positions computed or copied so far (always kept: the
+        prefix cache stores them)."""
+        self.row: int | None = None
+        """The KV cache row, from admission to the end."""
+        self.cached_tokens = 0
+        self.admitted = 0.0
         self.text = ""
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
@@ -82,6 +93,11 @@ class Sequence:
     @property
     def last_token(self) -> int:
         return self.all_ids[-1]
+
+    @property
+    def prefilled(self) -> bool:
+        """Whether the prompt is in the cache and the first token chosen."""
+        return bool(self.out_ids)
 
     @property
     def tokens_left(self) -> int:
@@ -178,7 +194,9 @@ class Sequence:
         return event
 
     def completion(self) -> Completion:
-        routing = torch.cat(self.routing) if self.routing else None
+        routing = None
+        if self.params.return_routing and self.prompt_experts:
+            routing = torch.cat([e.to(torch.int16) for e in (*self.prompt_experts, *self.routing)])
         return Completion(
             prompt_ids=self.prompt_ids,
             token_ids=self.out_ids,
@@ -192,4 +210,5 @@ class Sequence:
             num_draft_tokens=self.num_drafted,
             num_accepted_draft_tokens=self.num_accepted,
             stop_reason=self.stop_reason,
+            cached_tokens=self.cached_tokens,
         )
