@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -54,7 +54,6 @@ class PrefixStats:
     stored_blocks: int = 0
     evicted_blocks: int = 0
     resets: int = 0
-    hits_per_request: list[int] = field(default_factory=list, repr=False)
 
 
 class PrefixCache:
@@ -67,7 +66,7 @@ class PrefixCache:
         shape = (self.num_blocks, k.shape[1], block, k.shape[3])
         self._kv = [torch.empty(shape, dtype=k.dtype, device=k.device) for _ in range(2 * len(cache.k))]
         self._experts = torch.empty((self.num_blocks, block, len(cache.k), top_k), dtype=torch.int16)
-        self._bytes_per_block = block * cache.bytes_per_position + self._experts[0].numel() * 2
+        self._bytes_per_block = block * (cache.bytes_per_position + len(cache.k) * top_k * 2)
         self._by_key: dict[tuple, Node] = {}
         self._lru: OrderedDict[int, Node] = OrderedDict()
         self._free = list(range(self.num_blocks - 1, -1, -1))

@@ -58,7 +58,7 @@ class Sequence:
         self.prompt_ids = prompt_ids
         self.params = params
         self.stop_ids = frozenset(stop_ids)
-        self.sampler = Sampler(params)
+        self.sampler = Sampler(params, prompt_ids)
         self.detok = tokenizer.incremental_decoder()
         self.max_seq_len = max_seq_len
         self.all_ids: list[int] = list(prompt_ids)
@@ -111,7 +111,8 @@ class Sequence:
         fed positions were valid (each choice used one)."""
         self.num_drafted += len(drafts)
         for i in range(len(drafts) + 1):
-            choice = self.sampler.choose(logits_SV[i], self.tokens_left)
+            early = len(self.out_ids) < self.params.min_tokens  # stop tokens wait for min_tokens
+            choice = self.sampler.choose(logits_SV[i], self.tokens_left, self.stop_ids if early else frozenset())
             self._append(choice.token, choice.logprob, choice.top)
             if self.finish_reason is not None or i == len(drafts) or choice.token != drafts[i]:
                 break
@@ -141,7 +142,7 @@ class Sequence:
             self.finish("stop", stop_reason=token)
             return
         self.text += self.detok.feed(token)
-        if self.params.stop and self._cut_at_stop_string():
+        if self.params.stop and len(self.out_ids) >= self.params.min_tokens and self._cut_at_stop_string():
             return
         if self.tokens_left <= 0:
             self.finish("length")

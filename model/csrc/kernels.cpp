@@ -32,8 +32,8 @@ namespace cb = at::native::cpublas;
 
 constexpr int64_t kBlockN = 64;   // outputs per packed weight block
 constexpr int64_t kBlockM = 32;   // rows per brgemm call of a linear layer
-constexpr int64_t kTile = 64;     // key/value positions per attention tile (absolute)
-constexpr int64_t kQueryRows = 64;  // query rows (tokens x G) per attention task
+constexpr int64_t kTile = 256;     // key/value positions per attention tile (absolute)
+constexpr int64_t kQueryRows = 128;  // query rows (tokens x G) per attention task
 constexpr int64_t kSplit = 512;   // positions per decoding task (absolute), merged in order
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -283,32 +283,114 @@ std::vector<Segment> segments_of(const int64_t* rows, const int64_t* pos, int64_
 template <typename CT>
 struct Tiles {
   static constexpr bool vnni = std::is_same_v<CT, at::BFloat16>;
-  // B of S = Q K^T: K-dim Dh, N = kTile positions.
+
+  // B of S = Q K^T: K-dim Dh (even), N = kTile positions; positions from `valid` on are zero.
   template <typename KT>
   static void pack_keys(const KT* k, int64_t valid, int64_t Dh, CT* dst) {
-    for (int64_t c = 0; c < kTile; ++c)
-      for (int64_t d = 0; d < Dh; ++d) {
-        const CT value = c < valid ? CT(to_float(k[c * Dh + d])) : CT(0.0f);
-        if constexpr (vnni) dst[((d >> 1) * kTile + c) * 2 + (d & 1)] = value;
-        else dst[d * kTile + c] = value;
-      }
+    if constexpr (vnni && std::is_same_v<KT, at::BFloat16>) {
+      // A bf16 pair (d, d + 1) is one 32-bit word: a (kTile x Dh/2) word transpose.
+      auto* out = reinterpret_cast<uint32_t*>(dst);
+      const auto* in = reinterpret_cast<const uint32_t*>(k);
+      const int64_t pairs = Dh / 2;
+      for (int64_t c = 0; c < valid; ++c)
+        for (int64_t p = 0; p < pairs; ++p) out[p * kTile + c] = in[c * pairs + p];
+      for (int64_t p = 0; p < pairs; ++p) std::fill(out + p * kTile + valid, out + (p + 1) * kTile, 0u);
+    } else if constexpr (!vnni && std::is_same_v<KT, float>) {
+      for (int64_t c = 0; c < valid; ++c)
+        for (int64_t d = 0; d < Dh; ++d) dst[d * kTile + c] = k[c * Dh + d];
+      for (int64_t d = 0; d < Dh; ++d) std::fill(dst + d * kTile + valid, dst + (d + 1) * kTile, CT(0.0f));
+    } else {
+      for (int64_t c = 0; c < kTile; ++c)
+        for (int64_t d = 0; d < Dh; ++d) {
+          const CT value = c < valid ? CT(to_float(k[c * Dh + d])) : CT(0.0f);
+          if constexpr (vnni) dst[((d >> 1) * kTile + c) * 2 + (d & 1)] = value;
+          else dst[d * kTile + c] = value;
+        }
+    }
   }
-  // B of O = P V: K-dim kTile positions, N = Dh.
+
+  // B of O = P V: K-dim kTile positions, N = Dh; positions from `valid` on are zero.
   template <typename KT>
   static void pack_values(const KT* v, int64_t valid, int64_t Dh, CT* dst) {
-    for (int64_t c = 0; c < kTile; ++c)
-      for (int64_t d = 0; d < Dh; ++d) {
-        const CT value = c < valid ? CT(to_float(v[c * Dh + d])) : CT(0.0f);
-        if constexpr (vnni) dst[((c >> 1) * Dh + d) * 2 + (c & 1)] = value;
-        else dst[c * Dh + d] = value;
+    if constexpr (!vnni && std::is_same_v<KT, float>) {
+      std::copy(v, v + valid * Dh, dst);
+      std::fill(dst + valid * Dh, dst + kTile * Dh, CT(0.0f));
+    } else {
+      for (int64_t c = 0; c < kTile; ++c) {
+        const KT* row = v + c * Dh;
+        for (int64_t d = 0; d < Dh; ++d) {
+          CT value(0.0f);
+          if (c < valid) {
+            if constexpr (std::is_same_v<KT, CT>) value = row[d];
+            else value = CT(to_float(row[d]));
+          }
+          if constexpr (vnni) dst[((c >> 1) * Dh + d) * 2 + (c & 1)] = value;
+          else dst[c * Dh + d] = value;
+        }
       }
+    }
+  }
+
+  // 2 Vec::size() fp32 values -> CT (round to nearest even for bf16).
+  static void store2(const Vec& a, const Vec& b, CT* dst) {
+    if constexpr (vnni) {
+      at::vec::convert_from_float<at::BFloat16>(a, b).store(dst);
+    } else {
+      a.store(dst);
+      b.store(dst + Vec::size());
+    }
+  }
+
+  // e^x: the fast polynomial where the products are bf16 anyway, Sleef's 1-ulp exp for fp32.
+  static Vec exp(const Vec& x) {
+    if constexpr (vnni) return x.exp_u20();
+    else return x.exp();
   }
 };
+
+float hmax(const Vec& v) {
+  return at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return at::vec::maximum(a, b); }, v);
+}
+
+// One row of one tile: the online softmax update. `cols` of its kTile scores are valid (the
+// rest are after the row's position); writes the weights (CT) and returns the rescale factor.
+template <typename CT>
+float softmax_row(const float* s, int64_t cols, float& m, float& l, CT* p) {
+  constexpr int64_t W = Vec::size();
+  static_assert(kTile % (2 * W) == 0, "tiles are whole vector pairs");
+  Vec vmax(kNegInf);
+  for (int64_t c = 0; c < kTile; c += W) {
+    const int64_t n = std::clamp<int64_t>(cols - c, 0, W);
+    vmax = at::vec::maximum(vmax, n == W ? Vec::loadu(s + c) : Vec::set(Vec(kNegInf), Vec::loadu(s + c), n));
+  }
+  const float m_new = std::max(m, hmax(vmax));
+  const float alpha = std::exp(m - m_new);
+  const Vec shift(m_new);
+  Vec sum(0.0f);
+  for (int64_t c = 0; c < kTile; c += 2 * W) {
+    Vec e[2];
+    for (int64_t i = 0; i < 2; ++i) {
+      const int64_t n = std::clamp<int64_t>(cols - c - i * W, 0, W);
+      if (n == 0) {
+        e[i] = Vec(0.0f);
+        continue;
+      }
+      e[i] = Tiles<CT>::exp(Vec::loadu(s + c + i * W) - shift);
+      if (n < W) e[i] = Vec::set(Vec(0.0f), e[i], n);  // after the row's position: exactly 0
+      sum = sum + e[i];
+    }
+    Tiles<CT>::store2(e[0], e[1], p + c);
+  }
+  l = l * alpha + hsum(sum);
+  m = m_new;
+  return alpha;
+}
 
 // One task: query rows of tokens [t0, t1) of a segment, one key/value head, over packed tiles.
 template <typename CT>
 void matrix_task(const float* q, const Segment& seg, int64_t t0, int64_t t1, int64_t kh, const CT* keys,
                  const CT* values, float* out, const Geometry& g) {
+  constexpr int64_t W = Vec::size();
   const int64_t G = g.G, Dh = g.Dh, De = even(Dh), R = (t1 - t0) * G;
   const bool vnni = Tiles<CT>::vnni;
   std::vector<CT> a(R * De, CT(0.0f)), p(R * kTile);
@@ -326,35 +408,21 @@ void matrix_task(const float* q, const Segment& seg, int64_t t0, int64_t t1, int
     for (int64_t r = 0; r < R; ++r) {
       const int64_t cols = std::min<int64_t>(kTile, limit[r] - j * kTile + 1);
       CT* pr = p.data() + r * kTile;
-      if (cols <= 0) {  // the whole tile is after this row's position
+      if (cols <= 0) {  // the whole tile is after this row's position: weights 0, O unchanged
         std::fill(pr, pr + kTile, CT(0.0f));
-        alpha[r] = 1.0f;
         continue;
       }
-      float* sr = s.data() + r * kTile;
-      float tile_max = kNegInf;
-      for (int64_t c = 0; c < cols; ++c) tile_max = std::max(tile_max, sr[c]);
-      const float m_new = std::max(m[r], tile_max);
-      alpha[r] = std::exp(m[r] - m_new);
-      Vec sum(0.0f);
-      for (int64_t c = 0; c < kTile; c += Vec::size()) {
-        const int64_t n = std::min<int64_t>(Vec::size(), std::max<int64_t>(cols - c, 0));
-        Vec e(0.0f);
-        if (n > 0) e = (Vec::loadu(sr + c, n) - Vec(m_new)).exp();
-        float buf[Vec::size()] = {};
-        e.store(buf, n);
-        for (int64_t i = 0; i < Vec::size(); ++i) pr[c + i] = CT(i < n ? buf[i] : 0.0f);
-        sum = sum + Vec::loadu(buf);
-      }
-      l[r] = l[r] * alpha[r] + hsum(sum);
-      m[r] = m_new;
+      alpha[r] = softmax_row<CT>(s.data() + r * kTile, cols, m[r], l[r], pr);
     }
     cb::brgemm(R, Dh, kTile, kTile, Dh, Dh, false, p.data(), values + j * value_tile, tmp.data(), vnni);
     for (int64_t r = 0; r < R; ++r) {
       if (limit[r] < j * kTile) continue;
       float* orow = o.data() + r * Dh;
       const float* trow = tmp.data() + r * Dh;
-      for (int64_t d = 0; d < Dh; ++d) orow[d] = orow[d] * alpha[r] + trow[d];
+      const Vec scale(alpha[r]);
+      int64_t d = 0;
+      for (; d + W <= Dh; d += W) (Vec::loadu(orow + d) * scale + Vec::loadu(trow + d)).store(orow + d);
+      for (; d < Dh; ++d) orow[d] = orow[d] * alpha[r] + trow[d];
     }
   }
   for (int64_t r = 0; r < R; ++r) {
