@@ -36,8 +36,8 @@ def test_a_hit_is_whole_blocks_of_the_same_prefix_and_leaves_the_last_token():
     assert pool.store(prompt, 13, cache, 0, experts(13), "v0") == 3
     assert len(pool.match(prompt, "v0")) == 3
     assert len(pool.match(prompt[:12], "v0")) == 2  # 12 tokens: the last must be computed
-    assert len(pool.match(prompt[:9] + [99] + prompt[10:], "v0")) == 2  # differs in block 3
-    assert len(pool.match([99] + prompt[1:], "v0")) == 0  # a block stands for its whole prefix
+    assert len(pool.match([*prompt[:9], 99, *prompt[10:]], "v0")) == 2  # differs in block 3
+    assert len(pool.match([99, *prompt[1:]], "v0")) == 0  # a block stands for its whole prefix
     assert pool.store(prompt, 13, cache, 0, experts(13), "v0") == 0  # nothing new
     report = pool.report()
     assert (report["queries"], report["hit_tokens"], report["stored_blocks"]) == (4, 7 * BLOCK, 3)
