@@ -1,11 +1,16 @@
 """`composer-agent`: one headless agent turn from the command line.
 
-    composer-agent run --workspace DIR [--json] [--endpoint URL] [--yes] "request"
+    composer-agent run --workspace DIR [--json] [--endpoint URL] [--yes] [--allow-unsandboxed] "request"
 
 Without --endpoint the in-process engine runs composer-mini (int4 weights; built on first use).
 --json prints every session/update payload as one JSON line, then a summary object. Permission
 prompts cannot be answered headless: what the policy would ask about is refused, unless --yes
 allows it. The session log is written either way; the summary says where.
+
+The sandbox's isolation level is reported on stderr at start (and in the summary). Where it is
+weaker than bubblewrap, every run_terminal command is refused, --yes or not, unless
+--allow-unsandboxed (or `allow_unsandboxed = true` in $XDG_CONFIG_HOME/composer/config.toml)
+says to run them anyway: agent/isolation.py.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ import json
 import sys
 from pathlib import Path
 
+from agent.isolation import OPT_IN_FLAG, IsolationStatus
 from agent.loop import LoopConfig
+from agent.sandbox import isolation_status
 from agent.session import Session, SessionConfig
 
 
@@ -35,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--max-steps", type=int, default=LoopConfig.max_steps)
     run.add_argument("--max-tokens", type=int, default=LoopConfig.max_tokens_per_step)
     run.add_argument("--yes", action="store_true", help="allow what the permission policy would ask about")
+    run.add_argument(OPT_IN_FLAG, action="store_true",
+                     help="run commands even where the sandbox is weaker than bubblewrap (unshare, none)")
     run.add_argument("--log-dir", type=Path, default=None, help="where session logs go")
     return parser
 
@@ -55,14 +64,17 @@ class _Printer:
         elif kind == "tool_call":
             print(f"\n[tool] {update.get('title', '')}", file=sys.stderr, flush=True)
         elif kind == "tool_call_update" and update.get("status") == "failed":
-            print(f"[tool failed] {update.get('toolCallId')}", file=sys.stderr, flush=True)
+            text = next((c["content"].get("text", "") for c in update.get("content") or []
+                         if c.get("type") == "content"), "")
+            print(f"[tool failed] {update.get('toolCallId')}: {text[:500]}", file=sys.stderr, flush=True)
 
 
-async def _run(args: argparse.Namespace) -> int:
+async def _run(args: argparse.Namespace, status: IsolationStatus) -> int:
     printer = _Printer(args.json)
     config = SessionConfig(
         workspace=args.workspace, endpoint=args.endpoint, model=args.model, api_key=args.api_key,
-        quantize=args.quantize, log_dir=args.log_dir, auto_allow=args.yes,
+        quantize=args.quantize, log_dir=args.log_dir, auto_allow=args.yes, client="cli",
+        allow_unsandboxed=args.allow_unsandboxed,
         loop=LoopConfig(max_steps=args.max_steps, max_tokens_per_step=args.max_tokens),
     )
     session = await Session.create(config, events=printer)
@@ -73,6 +85,7 @@ async def _run(args: argparse.Namespace) -> int:
     summary = {
         "type": "summary", "stopReason": result.stop_reason, "steps": result.steps,
         "toolCalls": result.tool_calls, "sessionId": session.id, "log": str(session.log_path), "text": result.text,
+        "isolation": status.to_dict(),
     }
     if args.json:
         print(json.dumps(summary, ensure_ascii=False), flush=True)
@@ -87,7 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.workspace.is_dir():
         print(f"composer-agent: workspace {args.workspace} is not a directory", file=sys.stderr)
         return 2
-    return asyncio.run(_run(args))
+    try:
+        status = isolation_status(args.allow_unsandboxed)
+    except ValueError as err:  # a config.toml that does not parse
+        print(f"composer-agent: {err}", file=sys.stderr)
+        return 2
+    print(f"composer-agent: {status.describe()}", file=sys.stderr, flush=True)
+    return asyncio.run(_run(args, status))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@ Rule files: `.composer/permissions.json` (or `.toml`) in the workspace, and
 `$XDG_CONFIG_HOME/composer/permissions.json` for the user: a list of rules or `{"default":
 "ask", "rules": [...]}` (TOML: `default = ...` and `[[rules]]`). Errors name file and rule index.
 
+The opt-in to run commands where the sandbox is weaker than bubblewrap is not a rule: it lives
+in the user's `$XDG_CONFIG_HOME/composer/config.toml` (agent/isolation.py), never in a workspace.
+
 Workspace trust: a workspace's file comes with the repository, so whoever wrote the repository
 wrote it. Its deny and ask rules always apply; its allow rules and an `allow` default apply only
 once the user has trusted that exact file (`composer-lsp --trust-workspace DIR`, which records

@@ -6,7 +6,8 @@ and "always" answers remembered as exact rules.
     ok = await policy.check("run_terminal", {"command": "pytest -x"}, ask)         # may ask
 
 A rule: `{"tool": "edit_file" | "*", "action": "allow" | "ask" | "deny", "command": "git diff*",
-"path": "src/**"}`. `tool` globs tool names; `command` globs one shell command (`*` matches
+"path": "src/**", "mode": "review"}`. `tool` globs tool names; `mode` (optional) limits the rule to
+one session mode, agent or review; `command` globs one shell command (`*` matches
 anything; `"pytest *"` also matches a bare `pytest`); `path` is a gitignore-style glob over
 workspace-relative paths (`*` stays in a directory, `**` crosses them, no `/` matches any path
 component; relative patterns never match outside the workspace, absolute ones match absolute
@@ -17,6 +18,12 @@ a whole) is judged alone: a matching deny rule denies; else the last matching ru
 files and "always" answers override defaults); else read-only tools are allowed and the rest gets
 the policy's default. A call is denied if any part is, asked if any part is, allowed only if all
 parts are.
+
+Two things override the rules for run_terminal, and make its questions count for that call only
+(no "allow always"): review mode (`review_policy`) asks about every command, except those a rule
+with `"mode": "review"` allows (the explicit way to exempt, say, `git status`); and a sandbox
+weaker than bubblewrap (`terminal_notice`, set by agent/isolation.py) asks about every command
+whatever any rule says, deny rules still denying.
 
 Shell commands are split with bashlex: `&&`, `||`, `;`, `|`, `&`, `( )`, `{ }`, `$( )`, backticks,
 `<( )`, function bodies, `bash -c` / `sh -c` / `eval` (recursively), wrappers (`time`, `nice`,
@@ -40,7 +47,7 @@ import os
 import re
 import shlex
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -51,6 +58,7 @@ Answer = Literal["allow_once", "allow_always", "reject_once", "reject_always"]
 ACTIONS: tuple[Action, ...] = ("allow", "ask", "deny")
 ANSWERS: tuple[Answer, ...] = ("allow_once", "allow_always", "reject_once", "reject_always")
 TERMINAL_TOOL = "run_terminal"
+MODES = ("agent", "review")
 READ_ONLY_TOOLS = frozenset({"read_file", "list_dir", "glob", "grep", "codebase_search", "read_lints"})
 """Tools allowed when no rule says otherwise; `decide(..., read_only=spec.read_only)` overrides."""
 
@@ -87,25 +95,30 @@ class Rule:
     """Gitignore-style glob over the paths a file tool touches or a redirect writes."""
     source: str = field(default="", compare=False)
     """Where the rule came from, for reasons: a file and index, a preset, an answer."""
+    mode: str | None = None
+    """The session mode the rule applies in (agent or review); None: every mode."""
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> Rule:
         if not isinstance(data, Mapping):
             raise ValueError(f"{where}: a rule must be an object, got {type(data).__name__}: {data!r}")
-        unknown = set(data) - {"tool", "action", "command", "path"}
+        unknown = set(data) - {"tool", "action", "command", "path", "mode"}
         if unknown:
             raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; a rule has tool, action, "
-                             "command, path")
+                             "command, path, mode")
+        if "mode" in data and data["mode"] not in MODES:
+            raise ValueError(f"{where}: mode {data['mode']!r} is not one of {', '.join(MODES)}")
         action = parse_action(data.get("action"), f"{where}: action")
         for key in ("tool", "command", "path"):
             if key in data and not (isinstance(data[key], str) and data[key].strip()):
                 raise ValueError(f"{where}: {key} must be a non-empty string, got {data[key]!r}")
         if "command" in data and "path" in data:
             raise ValueError(f"{where}: give either command or path, not both (use two rules)")
-        return cls(data.get("tool", "*"), action, data.get("command"), data.get("path"), where)
+        return cls(data.get("tool", "*"), action, data.get("command"), data.get("path"), where, data.get("mode"))
 
     def to_dict(self) -> dict[str, str]:
-        pairs = (("tool", self.tool), ("action", self.action), ("command", self.command), ("path", self.path))
+        pairs = (("tool", self.tool), ("action", self.action), ("command", self.command), ("path", self.path),
+                 ("mode", self.mode))
         return {key: value for key, value in pairs if value is not None}
 
     def describe(self) -> str:
@@ -380,6 +393,10 @@ class Decision:
     action: Action
     reasons: list[str]
     parts: list[PartDecision]
+    once_only: bool = False
+    """A question about this call offers no "allow always", and such an answer counts once."""
+    notice: str | None = None
+    """What the question must tell the person besides the call (a weaker sandbox's warning)."""
 
     @property
     def asked(self) -> list[PartDecision]:
@@ -399,12 +416,20 @@ def _tool_paths(args: Mapping[str, Any]) -> list[str]:
 class PermissionPolicy:
     def __init__(self, rules: Iterable[Rule | Mapping[str, Any]] = (), default: Action = "ask", *,
                  read_only_tools: Iterable[str] = READ_ONLY_TOOLS,
-                 workspace_root: Path | None = None) -> None:
+                 workspace_root: Path | None = None, mode: str = "agent",
+                 terminal_notice: str | None = None) -> None:
         parse_action(default, "default")
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
         self.rules = [r if isinstance(r, Rule) else Rule.from_dict(r, f"rule {i}") for i, r in enumerate(rules)]
         self.default: Action = default
         self.read_only_tools = frozenset(read_only_tools)
         self.workspace_root = Path(workspace_root).resolve() if workspace_root else None
+        self.mode = mode
+        """The session's mode: rules with another `mode` do not apply."""
+        self.terminal_notice = terminal_notice
+        """Set when commands would run with a sandbox weaker than bubblewrap: every run_terminal
+        call then asks (once only) with this warning, whatever the rules say."""
         self.learned: list[Rule] = []
         """Rules added by "always" answers, in order (the caller may save them)."""
 
@@ -421,7 +446,7 @@ class PermissionPolicy:
     def _judge(self, tool: str, kind: str, text: str, opaque: bool, read_only: bool) -> PartDecision:
         matching = []
         for rule in self.rules:
-            if not fnmatch.fnmatchcase(tool, rule.tool):
+            if not fnmatch.fnmatchcase(tool, rule.tool) or rule.mode not in (None, self.mode):
                 continue
             exact_only = opaque and rule.action == "allow"  # deny and ask patterns still apply
             if kind == "command":
@@ -456,9 +481,14 @@ class PermissionPolicy:
             parts = [self._judge(tool_name, "path", p, False, read_only) for p in paths]
         else:
             parts = [self._judge(tool_name, "tool", tool_name, False, read_only)]
+        once_only = tool_name == TERMINAL_TOOL and (self.mode == "review" or self.terminal_notice is not None)
+        notice = self.terminal_notice if tool_name == TERMINAL_TOOL else None
+        if notice is not None:
+            parts = [replace(p, action="ask", reason=f"{p.reason}, but asked anyway: {notice}")
+                     if p.action == "allow" else p for p in parts]
         actions = {p.action for p in parts}
         action: Action = "deny" if "deny" in actions else "ask" if "ask" in actions else "allow"
-        return Decision(action, [p.reason for p in parts], parts)
+        return Decision(action, [p.reason for p in parts], parts, once_only, notice)
 
     def remember(self, tool_name: str, decision: Decision, action: Action) -> list[Rule]:
         """Adds one exact rule per asked part (what an "always" answer means); returns them."""
@@ -485,14 +515,16 @@ class PermissionPolicy:
         if answer not in ANSWERS:
             raise ValueError(f"permission answer {answer!r} is not one of {', '.join(ANSWERS)}")
         allowed = answer.startswith("allow")
-        if answer.endswith("_always"):
+        if answer.endswith("_always") and not (allowed and decision.once_only):
             self.remember(tool_name, decision, "allow" if allowed else "deny")
         return allowed
 
-    def extended(self, rules: Iterable[Rule], default: Action | None = None) -> PermissionPolicy:
-        """A copy with `rules` after these (so they override them) and maybe a new default."""
+    def extended(self, rules: Iterable[Rule], default: Action | None = None, *,
+                 mode: str | None = None) -> PermissionPolicy:
+        """A copy with `rules` after these (so they override them) and maybe a new default or mode."""
         return PermissionPolicy([*self.rules, *rules], default or self.default,
-                                read_only_tools=self.read_only_tools, workspace_root=self.workspace_root)
+                                read_only_tools=self.read_only_tools, workspace_root=self.workspace_root,
+                                mode=mode or self.mode, terminal_notice=self.terminal_notice)
 
 
 # ---- presets -----------------------------------------------------------------------------------
@@ -528,6 +560,16 @@ def default_editor_policy(workspace_root: Path | None = None) -> PermissionPolic
     rules += [Rule(TERMINAL_TOOL, "deny", command=c, source=src) for c in DENIED_COMMANDS]
     rules += [Rule("todo*", "allow", source=src)]
     return PermissionPolicy(rules, "ask", workspace_root=workspace_root)
+
+
+def review_policy(base: PermissionPolicy) -> PermissionPolicy:
+    """Review mode over `base`: every edit asks (with its diff) and every terminal command asks
+    (once only), so nothing reaches a file the person has not accepted. Deny rules still deny;
+    rules marked `"mode": "review"` come last, so they may exempt commands (read-only ones)."""
+    asks = [Rule(tool, "ask", path="**", source="review mode") for tool in EDIT_TOOLS if tool != TERMINAL_TOOL]
+    asks.append(Rule(TERMINAL_TOOL, "ask", source="review mode"))
+    exempt = [rule for rule in base.rules if rule.mode == "review"]
+    return base.extended([*asks, *exempt], mode="review")
 
 
 def rollout_policy() -> PermissionPolicy:

@@ -1,5 +1,8 @@
 """Run one shell command in a sandbox: bubblewrap when it works here, else `unshare`, else a plain
 process group with resource limits. The same call serves an editor session and an RL rollout.
+Only bubblewrap counts as the sandbox; at the weaker levels `run_sandboxed` refuses to run unless
+its caller or the user's config opts in (agent/isolation.py: `--allow-unsandboxed`,
+`allow_unsandboxed = true`), and editors ask about every command.
 
     result = await run_sandboxed("pytest -x", workspace_root=Path("/repo"), timeout_s=60,
                                  on_output=print, cancelled=ctx.cancelled)
@@ -23,6 +26,16 @@ pids cgroup contains a fork bomb. A per-run pids cgroup (v1 `pids` hierarchy, or
 one) is used whenever it can be created; RLIMIT_NPROC is also set inside the user namespace,
 where it counts just the sandbox's processes and does contain a fork bomb for non-root users.
 
+Why `unshare` counts as weaker, not as a second full level: it starts from the host's mount tree
+and remounts each mount read-only one by one (`_UNSHARE_SETUP`), ignoring failures
+(`remount ... || true`), so any mount whose remount fails stays writable, silently (a mount point
+with a space in its name did, until the name /proc/self/mounts escapes as \\040 was decoded); and
+the command sees the host's /dev and /sys, where bubblewrap gives a fresh minimal /dev. Its
+network namespace is as empty as bubblewrap's.
+`none` contains nothing: the command can write anywhere the user can, read their secrets and
+use the network. macOS: no Seatbelt (`sandbox-exec`) profile here, since it could not be tested
+without a Mac; there is neither bwrap nor unshare, so the level is `none` and it fails closed.
+
 Ending: when the command exits, times out, overflows its output or `cancelled` is set, the
 whole tree goes: bwrap runs in its own process group, its pid namespace dies with its init
 (which defeats double-fork + setsid escapes), and every process left in the run's cgroup is
@@ -33,7 +46,7 @@ with the pids cgroup: bwrap 11 ms, unshare 55 ms, none 5 ms with the box near id
 bwrap 35 ms, unshare 90-130 ms, none 8-12 ms while a benchmark shared it (load ~4). A bare
 `bwrap --unshare-all true` takes 8 ms at that load; the pids cgroup adds 4-9 ms.
 
-Tests: .venv/bin/python -m pytest tests/agent/test_sandbox.py
+Tests: .venv/bin/python -m pytest tests/agent/test_sandbox.py tests/agent/test_escape.py
 """
 
 from __future__ import annotations
@@ -41,7 +54,6 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
-import itertools
 import logging
 import os
 import shutil
@@ -54,6 +66,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from agent.isolation import IsolationStatus, status_for
+from agent.sandbox_cgroup import PidsCgroup, pids_base, reap_stale
 
 log = logging.getLogger(__name__)
 
@@ -103,87 +118,6 @@ class SandboxSupport:
     cgroup_version: int
     notes: tuple[str, ...]
     """Why higher levels or the cgroup are unavailable."""
-
-
-# ---- pids cgroup -------------------------------------------------------------------------------
-
-
-def _own_cgroup(controller: str) -> tuple[int, str] | None:
-    """(version, path) of this process's cgroup for `controller` from /proc/self/cgroup."""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            _, controllers, path = line.split(":", 2)
-            if controller in controllers.split(","):
-                return 1, path
-            if controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():
-                return 2, path
-    return None
-
-
-def _pids_base() -> tuple[Path, int]:
-    """Where per-run pids cgroups go; raises OSError when they cannot be made."""
-    own = _own_cgroup("pids")
-    if own is None:
-        raise OSError("no pids cgroup controller in /proc/self/cgroup")
-    version, path = own
-    if version == 1:
-        base = Path("/sys/fs/cgroup/pids") / path.lstrip("/") / "composer-sandbox"
-        base.mkdir(exist_ok=True)
-        return base, 1
-    own_dir = Path("/sys/fs/cgroup") / path.lstrip("/")
-    if "pids" not in (own_dir / "cgroup.subtree_control").read_text().split():
-        raise OSError(f"pids controller not delegated to {own_dir} (cgroup v2)")
-    return own_dir, 2
-
-
-def _reap_stale(base: Path, version: int) -> None:
-    """Removes empty run cgroups left by dead processes (a crash between create and remove)."""
-    for child in base.glob("composer-run-*"):
-        pid = child.name.split("-")[2]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            with contextlib.suppress(OSError):
-                child.rmdir()
-
-
-class _PidsCgroup:
-    """One run's pids cgroup: caps its process count and finds every process it started."""
-
-    _counter = itertools.count()
-
-    def __init__(self, base: Path, version: int, max_processes: int) -> None:
-        self.version = version
-        self.path = base / f"composer-run-{os.getpid()}-{next(self._counter)}"
-        self.path.mkdir()
-        (self.path / "pids.max").write_text(str(max_processes))
-
-    def pids(self) -> list[int]:
-        with contextlib.suppress(OSError):
-            return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
-        return []
-
-    def kill_all(self) -> None:
-        if self.version == 2 and (self.path / "cgroup.kill").exists():
-            with contextlib.suppress(OSError):
-                (self.path / "cgroup.kill").write_text("1")
-            return
-        # v1 has no cgroup.kill: sweep until empty. pids.max bounds what can be forked meanwhile.
-        for _ in range(50):
-            pids = self.pids()
-            if not pids:
-                return
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-
-    async def remove(self) -> None:
-        for _ in range(100):
-            self.kill_all()
-            try:
-                self.path.rmdir()
-                return
-            except OSError:  # EBUSY while killed processes are still being torn down
-                await asyncio.sleep(0.01)
-        log.warning("sandbox cgroup %s still busy; it is removed on a later start", self.path)
 
 
 # ---- command lines -----------------------------------------------------------------------------
@@ -244,7 +178,7 @@ def _inner(command: str, max_processes: int | None) -> list[str]:
 
 def _bwrap_argv(workspace: Path, command: str, network: bool, max_processes: int | None,
                 tmp_bytes: int) -> list[str]:
-    argv = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns",
+    argv = [_binary("bwrap"), "--unshare-all", "--unshare-user", "--disable-userns",
             "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
             "--die-with-parent", "--new-session", "--ro-bind", "/", "/",
             "--dev", "/dev", "--proc", "/proc", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
@@ -277,6 +211,7 @@ exec {wsfd}<"$ws"
 keeps=(); while [ "$1" != -- ]; do keeps+=("$1"); shift; done; shift
 keepfds=(); for keep in "${keeps[@]}"; do exec {fd}<"$keep"; keepfds+=("$fd"); done
 while read -r _ mnt _; do
+  mnt=$(printf '%b' "${mnt//\\/\\0}")  # /proc/self/mounts writes a space as \040
   case "$mnt" in /proc|/proc/*|/sys|/sys/*) ;; *) mount -o remount,bind,ro "$mnt" 2>/dev/null || true ;; esac
 done < /proc/self/mounts
 mount -t tmpfs -o size=1g tmpfs /tmp
@@ -298,7 +233,7 @@ exec unshare --user --map-user=1000 --map-group=1000 -- bash -c \
 def _unshare_argv(workspace: Path, command: str, network: bool, max_processes: int | None) -> list[str]:
     # The setup runs as root of a fresh user namespace, then drops to uid 1000 in a nested one,
     # where the mounts made here are locked: the command cannot unmount them to look beneath.
-    argv = ["unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "--kill-child",
+    argv = [_binary("unshare"), "--user", "--map-root-user", "--mount", "--pid", "--fork", "--kill-child",
             "--mount-proc", "--ipc", "--uts"]
     if not network:
         argv.append("--net")
@@ -308,7 +243,7 @@ def _unshare_argv(workspace: Path, command: str, network: bool, max_processes: i
             str(max_processes or 0), command, *hidden, "--", *keep, "--", *_protected(workspace)]
 
 
-def _outer(argv: list[str], cgroup: _PidsCgroup | None, memory_bytes: int | None,
+def _outer(argv: list[str], cgroup: PidsCgroup | None, memory_bytes: int | None,
            max_file_bytes: int | None) -> list[str]:
     """A bash that joins the run's cgroup and sets the rlimits, then execs the sandbox.
     (No preexec_fn: it is unsafe in a process with threads.)"""
@@ -326,6 +261,12 @@ def _outer(argv: list[str], cgroup: _PidsCgroup | None, memory_bytes: int | None
 # ---- probing -----------------------------------------------------------------------------------
 
 _support: SandboxSupport | None = None
+
+
+def _binary(name: str) -> str:
+    """`name` as found on the caller's PATH (the probe and the runs use the same binary; the
+    sandbox's own PATH would find the system's)."""
+    return shutil.which(name) or name
 
 
 def _probe_level(level: Isolation, workspace: Path) -> str | None:
@@ -361,9 +302,9 @@ def sandbox_support(refresh: bool = False) -> SandboxSupport:
                 notes.append(problem)
     base, version = None, 0
     try:
-        base, version = _pids_base()
-        _reap_stale(base, version)
-        probe = _PidsCgroup(base, version, 8)
+        base, version = pids_base()
+        reap_stale(base, version)
+        probe = PidsCgroup(base, version, 8)
         probe.path.rmdir()
     except OSError as err:
         base = None
@@ -372,12 +313,21 @@ def sandbox_support(refresh: bool = False) -> SandboxSupport:
         available.append("none")
     _support = SandboxSupport(available[0], tuple(available), base, version, tuple(notes))
     if _support.isolation != "bwrap":
-        log.warning("sandbox: bubblewrap is not usable here, commands run with isolation %r (%s)",
+        log.warning("sandbox: bubblewrap is not usable here, only isolation %r (%s); commands are "
+                    "asked about in editors and refused elsewhere unless the user opts in",
                     _support.isolation, "; ".join(notes))
     if base is None and os.geteuid() == 0:
         log.warning("sandbox: no pids cgroup (%s); fork bombs are contained only by RLIMIT_NPROC, "
                     "which root ignores", notes[-1])
     return _support
+
+
+def isolation_status(allow_unsandboxed: bool = False) -> IsolationStatus:
+    """This machine's level (probed once) and whether commands may run at it
+    (agent/isolation.py): `allow_unsandboxed` is the caller's opt-in, else the user's config."""
+    support = sandbox_support()
+    notes = tuple(n for n in support.notes if n.split(":")[0] in LEVELS)
+    return status_for(support.isolation, notes, allow_unsandboxed)
 
 
 def _argv(level: Isolation, workspace: Path, command: str, *, network: bool,
@@ -470,7 +420,7 @@ class _Process:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.popen.pid, signal.SIGKILL)
 
-    async def close(self, cgroup: _PidsCgroup | None) -> None:
+    async def close(self, cgroup: PidsCgroup | None) -> None:
         self.kill()
         if cgroup is not None:
             cgroup.kill_all()
@@ -509,9 +459,11 @@ async def _supervise(proc: _Process, timeout_s: float, cancelled: asyncio.Event 
             cancel_wait.cancel()
 
 
-async def _pick_level(isolation: Isolation | None) -> tuple[Isolation, SandboxSupport]:
+async def _pick_level(isolation: Isolation | None, allow_unsandboxed: bool) -> tuple[Isolation, SandboxSupport]:
     support = _support or await asyncio.to_thread(sandbox_support)  # the first probe takes ~0.1 s
     if isolation is None:
+        if support.isolation != "bwrap":
+            (await asyncio.to_thread(isolation_status, allow_unsandboxed)).check("this command")
         return support.isolation, support
     if isolation not in support.available:
         raise ValueError(f"isolation {isolation!r} was requested but only {support.available} work "
@@ -537,19 +489,22 @@ async def run_sandboxed(
     max_processes: int | None = 512,
     max_file_bytes: int | None = GIB,
     isolation: Isolation | None = None,
+    allow_unsandboxed: bool = False,
 ) -> SandboxResult:
     """Runs `command` with `bash -c` in the sandbox, cwd = `workspace_root`; never raises for
-    what the command does. `isolation` forces a lower level (tests); None takes the best one.
+    what the command does. `isolation` forces a lower level (tests); None takes the best one,
+    and raises UnsandboxedError (before running anything) when that is weaker than bubblewrap,
+    unless `allow_unsandboxed` or the user's config.toml allows it (agent/isolation.py).
     `memory_bytes`, `max_processes` and `max_file_bytes` of None lift that limit."""
     workspace = Path(workspace_root).resolve()
     if not workspace.is_dir():
         raise ValueError(f"workspace_root {workspace_root} is not a directory")
     if timeout_s <= 0 or max_output_bytes <= 0:
         raise ValueError(f"timeout_s ({timeout_s}) and max_output_bytes ({max_output_bytes}) must be > 0")
-    level, support = await _pick_level(isolation)
+    level, support = await _pick_level(isolation, allow_unsandboxed)
     cgroup = None
     if support.pids_cgroup is not None and max_processes:
-        cgroup = _PidsCgroup(support.pids_cgroup, support.cgroup_version, max_processes)
+        cgroup = PidsCgroup(support.pids_cgroup, support.cgroup_version, max_processes)
     home = SANDBOX_HOME if level != "none" else tempfile.mkdtemp(prefix="composer-home-")
     argv = _argv(level, workspace, command, network=network, max_processes=max_processes,
                  tmp_bytes=max_file_bytes or GIB)

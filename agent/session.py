@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.checkpoints import CheckpointStore
+from agent.isolation import gate_session
 from agent.loop import Agent, LoopConfig, TurnResult
 from agent.permission_files import load_policy
 from agent.permissions import PermissionPolicy, rollout_policy
@@ -27,6 +28,7 @@ from agent.prompt import system_prompt
 from agent.replay import call_ids, conversation, history_updates, last_turn_checkpoint
 from agent.retrieval.repomap import workspace_repo_map
 from agent.retrieval.service import live_index
+from agent.sandbox import isolation_status
 from agent.session_log import (
     SessionLog,
     SessionLogError,
@@ -74,6 +76,9 @@ class SessionConfig:
     """Where session logs go (default: $COMPOSER_LOG_DIR or ~/.local/share/composer/sessions)."""
     auto_allow: bool = False
     """Allow everything (RL rollouts in a sandbox, `--yes`) instead of the permission files."""
+    allow_unsandboxed: bool = False
+    """`--allow-unsandboxed`: run commands where the sandbox is weaker than bubblewrap. Without it
+    (or the user's config.toml saying so) such a session fails closed: agent/isolation.py."""
     checkpoints: bool = True
     index: str | None = None
     """Semantic codebase search: "minilm" (bundled), an embeddings URL, or "off"; None reads
@@ -122,6 +127,11 @@ class Session:
         """A new session; with `log`, one that goes on appending to that (reopened) log."""
         root = Path(config.workspace).expanduser().resolve()
         workspace = workspace or Workspace(root)
+        permissions: PermissionPolicy = rollout_policy() if config.auto_allow else load_policy(root)
+        ctx = ToolContext(workspace)
+        # below bubblewrap: a rollout refuses to start, an editor's policy asks about every command
+        gate_session(await asyncio.to_thread(isolation_status, config.allow_unsandboxed), permissions,
+                     ctx.state, client=config.client, auto_allow=config.auto_allow)
         if policy is None:
             if config.endpoint:
                 policy = EndpointPolicy(config.endpoint, model=config.model, api_key=config.api_key)
@@ -133,7 +143,6 @@ class Session:
             tools = default_tools()
             if live is not None:
                 tools.register(CodebaseSearch(live.index))
-        permissions: PermissionPolicy = rollout_policy() if config.auto_allow else load_policy(root)
         repo_map = ""
         if config.repo_map_tokens > 0:
             repo_map = await asyncio.to_thread(workspace_repo_map, workspace, budget_tokens=config.repo_map_tokens)
@@ -146,7 +155,7 @@ class Session:
         )
         checkpoints = CheckpointStore(root) if config.checkpoints else None
         agent = Agent(
-            policy, tools, ToolContext(workspace), system=system, config=config.loop, permissions=permissions,
+            policy, tools, ctx, system=system, config=config.loop, permissions=permissions,
             ask=ask, checkpoints=checkpoints, log=log, events=events,
         )
         log.rest()  # an idle session holds no file descriptor

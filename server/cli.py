@@ -9,6 +9,12 @@
 Common options pick the workspace (default: the current directory; LSP clients' rootUri wins),
 the model (in-process composer-mini, int4, by default; or --endpoint for any OpenAI-compatible
 server), and where session logs go. In stdio modes nothing but protocol is written to stdout.
+
+At start the sandbox's isolation level goes to stderr; LSP clients also get it in a
+`window/logMessage`, as a `window/showMessage` warning when it is weaker than bubblewrap, and
+from the `composer/isolation` request (server/lsp.py). Weaker than bubblewrap, every terminal
+command is asked about, with no "allow always", unless --allow-unsandboxed (or
+`allow_unsandboxed = true` in $XDG_CONFIG_HOME/composer/config.toml) opts out: agent/isolation.py.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import sys
 import threading
 from pathlib import Path
 
+from agent.isolation import OPT_IN_FLAG
+from agent.sandbox import isolation_status
 from server.hub import MODES, ServerSettings
 
 
@@ -57,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="--ws: another browser origin allowed to connect (repeatable)")
     parser.add_argument("--no-preload", action="store_true", help="--ws: load the model on the first prompt")
     parser.add_argument("--log-level", default=os.environ.get("COMPOSER_LOG_LEVEL", "WARNING"))
+    parser.add_argument(OPT_IN_FLAG, action="store_true",
+                        help="run terminal commands without asking even where the sandbox is weaker than bubblewrap")
     parser.add_argument("--trust-workspace", type=Path, metavar="DIR",
                         help="let DIR's .composer/permissions file allow things (as it is now) and exit")
     return parser
@@ -119,9 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     if not args.workspace.is_dir():
         print(f"composer-lsp: workspace {args.workspace} is not a directory", file=sys.stderr)
         return 2
+    try:
+        status = isolation_status(args.allow_unsandboxed)
+    except ValueError as err:  # a config.toml that does not parse
+        print(f"composer-lsp: {err}", file=sys.stderr)
+        return 2
+    print(f"composer-lsp: {status.describe()}", file=sys.stderr, flush=True)
     settings = ServerSettings(workspace=args.workspace.resolve(), endpoint=args.endpoint, model=args.model,
                               api_key=args.api_key, quantize=args.quantize, log_dir=args.log_dir,
-                              default_mode=args.mode, index=args.index)
+                              default_mode=args.mode, index=args.index, allow_unsandboxed=args.allow_unsandboxed)
     if args.ws:
         return _serve_ws(args, settings)
     if args.acp:

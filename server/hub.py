@@ -11,7 +11,10 @@ Payloads are ACP v1's (camelCase keys, `_meta` for vendor data). Errors in what 
 raise `RequestError` with JSON-RPC's invalid-params code and a message naming the field.
 
 Modes (ACP session modes): `agent` follows the permission files; `review` asks before every
-edit, with the diff in the question, so nothing reaches a file the person has not accepted.
+edit, with the diff in the question, and before every terminal command, showing the command
+(agent/permissions.py `review_policy`), so nothing reaches a file the person has not accepted.
+Questions about terminal commands in review mode, or where the sandbox is weaker than bubblewrap
+(agent/isolation.py, whose warning the question carries), offer no "allow always".
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent.checkpoints import CheckpointError
-from agent.permissions import ANSWERS, EDIT_TOOLS, TERMINAL_TOOL, Rule
+from agent.permissions import ANSWERS, review_policy
 from agent.replay import session_title
 from agent.session import Session, SessionConfig
 from agent.session_log import SessionLogError, list_sessions, read_session
@@ -42,7 +45,8 @@ MAX_PROMPT_CHARS = 1_000_000
 
 MODES = [
     {"id": "agent", "name": "Agent", "description": "Edits and safe commands run as the permission rules say."},
-    {"id": "review", "name": "Review edits", "description": "Every edit waits for you to accept its diff."},
+    {"id": "review", "name": "Review edits",
+     "description": "Every edit waits for you to accept its diff, every command for you to allow it."},
 ]
 PERMISSION_OPTIONS = [
     {"optionId": "allow_once", "name": "Allow", "kind": "allow_once"},
@@ -81,10 +85,13 @@ class ServerSettings:
     default_mode: str = "agent"
     index: str | None = None
     """The codebase index: "minilm", an embeddings URL, "off"; None: $COMPOSER_INDEX or minilm."""
+    allow_unsandboxed: bool = False
+    """`--allow-unsandboxed`: commands run without asking where the sandbox is weaker."""
 
     def session_config(self, cwd: Path, client: str) -> SessionConfig:
         return SessionConfig(workspace=cwd, endpoint=self.endpoint, model=self.model, api_key=self.api_key,
-                             quantize=self.quantize, log_dir=self.log_dir, client=client, index=self.index)
+                             quantize=self.quantize, log_dir=self.log_dir, client=client, index=self.index,
+                             allow_unsandboxed=self.allow_unsandboxed)
 
 
 class _Events:
@@ -286,8 +293,7 @@ class SessionHub:
             if rule not in base.rules:
                 base.rules.append(rule)
         if mode == "review":
-            agent.permissions = base.extended([Rule(tool, "ask", path="**", source="review mode")
-                                               for tool in EDIT_TOOLS if tool != TERMINAL_TOOL])
+            agent.permissions = review_policy(base)
         else:
             agent.permissions = base
         self.modes[session_id] = mode
@@ -295,7 +301,10 @@ class SessionHub:
     def _asker(self, session_id: str) -> Callable[[dict, Any], Awaitable[str]]:
         async def ask(tool_call: dict[str, Any], decision: Any) -> str:
             parts = [{"kind": p.kind, "text": p.text} for p in getattr(decision, "asked", [])]
-            params = {"sessionId": session_id, "toolCall": tool_call, "options": PERMISSION_OPTIONS}
+            options = PERMISSION_OPTIONS
+            if getattr(decision, "once_only", False):
+                options = [o for o in options if o["kind"] != "allow_always"]
+            params = {"sessionId": session_id, "toolCall": _shown(tool_call, decision), "options": options}
             if parts:
                 params["_meta"] = {"composer": {"asked": parts}}
             try:
@@ -308,6 +317,18 @@ class SessionHub:
             return _answer(answer)
 
         return ask
+
+
+def _shown(tool_call: dict[str, Any], decision: Any) -> dict[str, Any]:
+    """The call as asked about: a terminal command is shown whole (the title cuts it), and a
+    weaker sandbox's warning comes with it."""
+    raw = tool_call.get("rawInput")
+    command = raw.get("command") if tool_call.get("kind") == "execute" and isinstance(raw, dict) else None
+    texts = [f"$ {command}"] if isinstance(command, str) else []
+    if getattr(decision, "notice", None):
+        texts.append(f"Warning: {decision.notice}")
+    blocks = [{"type": "content", "content": {"type": "text", "text": text}} for text in texts]
+    return {**tool_call, "content": [*tool_call.get("content", []), *blocks]} if blocks else tool_call
 
 
 def _answer(response: Any) -> str:

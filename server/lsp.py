@@ -9,7 +9,11 @@ What it speaks:
   notifications, and `session/request_permission` requests to the client;
 - code actions "Ask Composer to fix this" on diagnostics, `workspace/executeCommand` for
   `composer.fixDiagnostic`, `composer.prompt`, `composer.rewind`; work-done progress while a turn
-  runs (cancellable from the editor); `window/logMessage` for what the server does.
+  runs (cancellable from the editor); `window/logMessage` for what the server does;
+- the sandbox's isolation level: `composer/isolation` (a request; agent/isolation.py's
+  IsolationStatus.to_dict: level, weaker, restricted, letsThrough, optIn, message), also logged
+  while answering `initialize`, with a `window/showMessage` warning when it is weaker than
+  bubblewrap (both allowed before the initialize response).
 
 Run it with `composer-lsp --stdio` (server/cli.py); nothing but protocol goes to stdout.
 """
@@ -36,6 +40,7 @@ from pygls.protocol import (
 from pygls.uris import to_fs_path
 
 from agent.exceptions import WorkspaceError
+from agent.sandbox import isolation_status
 from agent.workspace import Workspace
 from server import __version__
 from server.editor import EditorEdits
@@ -149,6 +154,7 @@ class ComposerServer(LanguageServer):
         for method in SESSION_METHODS:
             self.feature(method)(self._session_method(method))
         self.feature("session/cancel")(lambda params: self._guard(self.hub.cancel, params))
+        self.feature("composer/isolation")(_handler(self._isolation))
         self._register_commands()
 
     def _initialize(self, params: types.InitializeParams) -> None:
@@ -160,11 +166,19 @@ class ComposerServer(LanguageServer):
         options = params.initialization_options
         if isinstance(options, dict) and options.get("mode") in ("agent", "review"):
             self.settings.default_mode = options["mode"]
+        status = isolation_status(self.settings.allow_unsandboxed)  # probed once per process
         self.window_log_message(types.LogMessageParams(
-            type=types.MessageType.Info, message=f"composer-lsp {__version__} serving {self.root}"))
+            type=types.MessageType.Info, message=f"composer-lsp {__version__} serving {self.root}; {status.describe()}"))
+        if status.weaker:
+            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning,
+                                                             message=f"Composer: {status.describe()}"))
 
     async def _initialized(self, params: Any) -> None:
         await self.indexing.start(self.root)
+
+    async def _isolation(self, params: Any) -> dict[str, Any]:
+        status = await asyncio.to_thread(isolation_status, self.settings.allow_unsandboxed)
+        return status.to_dict()
 
     def _changed(self, params: types.DidChangeTextDocumentParams) -> None:
         self._mirror(params.text_document.uri)

@@ -9,7 +9,11 @@ and its tail (the end of a build log is where the error is).
 
 Sandbox settings per session live in `ctx.state["sandbox"]` (a dict): `network` (bool),
 `env` (extra variables), `memory_bytes`, `max_processes`, `max_file_bytes` (passed to
-run_sandboxed) and `max_timeout_s` (the cap on the model's `timeout_s`, default 600).
+run_sandboxed), `max_timeout_s` (the cap on the model's `timeout_s`, default 600) and
+`unsandboxed`: whether commands may run where the sandbox is weaker than bubblewrap
+(agent/isolation.py): "allow" (the user opted in) or "ask" (the session's permission policy asks
+a person about every command). Without it the tool refuses there, with an error that names the
+opt-in: headless runs and anything else nobody watches fail closed.
 
 The command sees the files on disk, not the editor's unsaved buffers. Processes it leaves in the
 background are killed when it ends, so long jobs must finish within the timeout.
@@ -22,6 +26,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from agent.isolation import UnsandboxedError
 from agent.sandbox import SandboxResult, run_sandboxed
 from agent.tools.base import MAX_OUTPUT_CHARS, ToolContext, ToolResult, ToolSpec
 
@@ -102,20 +107,24 @@ class RunTerminal:
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         settings = dict(ctx.state.get("sandbox") or {})
-        unknown = set(settings) - {*_SETTINGS, "max_timeout_s"}
+        unknown = set(settings) - {*_SETTINGS, "max_timeout_s", "unsandboxed"}
         if unknown:
             log.warning("run_terminal ignores unknown sandbox settings %s", sorted(unknown))
         max_timeout_s = float(settings.pop("max_timeout_s", MAX_TIMEOUT_S))
         timeout_s = min(float(args.get("timeout_s") or DEFAULT_TIMEOUT_S), max_timeout_s)
-        result = await run_sandboxed(
-            args["command"],
-            workspace_root=ctx.workspace.root,
-            timeout_s=timeout_s,
-            max_output_bytes=CAPTURE_BYTES,
-            on_output=ctx.on_output,
-            cancelled=ctx.cancelled,
-            **{key: settings[key] for key in _SETTINGS if key in settings},
-        )
+        try:
+            result = await run_sandboxed(
+                args["command"],
+                workspace_root=ctx.workspace.root,
+                timeout_s=timeout_s,
+                max_output_bytes=CAPTURE_BYTES,
+                on_output=ctx.on_output,
+                cancelled=ctx.cancelled,
+                allow_unsandboxed=settings.get("unsandboxed") in ("allow", "ask"),
+                **{key: settings[key] for key in _SETTINGS if key in settings},
+            )
+        except UnsandboxedError as err:
+            return ToolResult(error=str(err), data={"isolation": err.level, "refused": True})
         shown, cut = head_and_tail(result.output)
         if shown and not shown.endswith("\n"):
             shown += "\n"

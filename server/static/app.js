@@ -5,8 +5,8 @@
  *
  * What it shows: the sessions of the workspace (sidebar, sessions.js), the transcript of the
  * current one with the answer streaming in (transcript.js), tool-call cards with diffs (tools.js,
- * diff.js), permission cards (permissions.js), the plan, context usage and controls (chrome.js),
- * errors and the connection state (dom.js). Turns are in turns.js, shared state in state.js.
+ * diff.js), permission cards (permissions.js), the sandbox's isolation level (composer/isolation),
+ * the plan, context usage and controls (chrome.js), errors and the connection state (dom.js). Turns are in turns.js, shared state in state.js.
  * Sessions are created lazily on the first prompt, so opening the page leaves no empty session
  * behind; the current one is remembered in the address (#session=ID) so a reload or reconnect
  * reopens it (session/load replays its history).
@@ -19,7 +19,7 @@
  */
 
 import {$, hideError, setConnection, showError, toast} from "./dom.js";
-import {autosize, renderChrome, updateControls} from "./chrome.js";
+import {autosize, renderChrome, renderIsolation, updateControls} from "./chrome.js";
 import {askPermission, settlePermissions} from "./permissions.js";
 import {TOKEN, conn, notify, openSocket, request, socketClosed} from "./rpc.js";
 import {onModeChange, openSession, refreshSessions, renderSessions, sessionFromAddress, showDraft} from "./sessions.js";
@@ -55,6 +55,7 @@ async function start() {
   notify("initialized", {});
   const info = (result && result.serverInfo) || {};
   $("#server-info").textContent = [info.name, info.version].filter(Boolean).join(" ");
+  renderIsolation(await request("composer/isolation", {}));
   conn.ready = true;
   setConnection("connected", "connected");
   updateControls();

@@ -1,5 +1,6 @@
 /* Composer web chat page: the page's chrome around the transcript: the title (and the tab's,
- * which flags a waiting question), the plan, context usage, and which controls are enabled. */
+ * which flags a waiting question), the sandbox's isolation level, the plan, context usage, and
+ * which controls are enabled. */
 
 import {$, el, shortNumber} from "./dom.js";
 import {conn} from "./rpc.js";
@@ -12,6 +13,18 @@ export function renderTitle() {
   let waiting = 0;
   for (const s of sessions.values()) waiting += s.permissions.size;
   document.title = `${waiting ? "(!) " : ""}${title} - Composer`;
+}
+
+/* The server's composer/isolation answer (agent/isolation.py): the sandbox level commands run
+ * with, flagged when it is weaker than bubblewrap; the tooltip says what that lets through. */
+export function renderIsolation(status) {
+  const node = $("#isolation");
+  node.hidden = !status || !status.level;
+  if (node.hidden) return;
+  node.textContent = `Sandbox: ${status.level}${status.weaker ? " (weaker than bubblewrap)" : ""}`;
+  node.dataset.level = String(status.level);
+  node.dataset.weaker = status.weaker ? "true" : "false";
+  node.title = String(status.message || "");
 }
 
 export function renderPlan() {

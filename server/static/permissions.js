@@ -1,7 +1,7 @@
 /* Composer web chat page: permission cards, the page's answer to the server's
- * session/request_permission. The question (its reasons, the edit's diff or the tool's input, one
- * button per option) goes into the tool call's card; an answer, a cancel or a dropped connection
- * settles it. */
+ * session/request_permission. The question (its reasons, the edit's diff or the command and a
+ * weaker sandbox's warning, else the tool's input, one button per option the server offers) goes
+ * into the tool call's card; an answer, a cancel or a dropped connection settles it. */
 
 import {el} from "./dom.js";
 import {renderTitle} from "./chrome.js";
@@ -54,9 +54,17 @@ export function askPermission(params) {
       card.append(el("ul", {class: "permission-reasons"},
         ...asked.map((p) => el("li", {text: String(p.text || "")}))));
     }
-    const diffs = (Array.isArray(call.content) ? call.content : []).filter((c) => c && c.type === "diff");
+    const content = Array.isArray(call.content) ? call.content : [];
+    const diffs = content.filter((c) => c && c.type === "diff");
     for (const d of diffs) card.append(renderDiff(s, d));
-    if (!diffs.length && call.rawInput !== undefined && call.rawInput !== null) {
+    const texts = content.filter((c) => c && c.type === "content" && c.content && typeof c.content.text === "string")
+      .map((c) => c.content.text);
+    for (const text of texts) {
+      card.append(text.startsWith("Warning:")
+        ? el("div", {class: "permission-warning", role: "note", "data-testid": "permission-warning", text})
+        : el("pre", {class: "permission-input", text}));
+    }
+    if (!diffs.length && !texts.length && call.rawInput !== undefined && call.rawInput !== null) {
       card.append(el("pre", {class: "permission-input", text: JSON.stringify(call.rawInput, null, 2)}));
     }
     for (const option of options) {

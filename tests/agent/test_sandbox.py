@@ -9,6 +9,7 @@ import asyncio
 import os
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -18,7 +19,8 @@ import pytest
 from agent.sandbox import PROTECTED, run_sandboxed, sandbox_support
 
 SUPPORT = sandbox_support()
-isolated = pytest.mark.skipif(SUPPORT.isolation == "none", reason=f"no namespace sandbox here: {SUPPORT.notes}")
+LINUX = sys.platform.startswith("linux")
+isolated = pytest.mark.skipif(not LINUX, reason="bubblewrap is Linux-only; elsewhere run_sandboxed refuses")
 pids_contained = pytest.mark.skipif(
     SUPPORT.pids_cgroup is None and (os.geteuid() == 0 or SUPPORT.isolation == "none"),
     reason="no pids cgroup, and RLIMIT_NPROC does not bind root",
@@ -49,12 +51,20 @@ def marker_alive(marker: str, within_s: float = 1.0) -> bool:
 # ---- basics ------------------------------------------------------------------------------------
 
 
+@isolated
+def test_bubblewrap_is_the_level_in_use():
+    """`make setup` installs bubblewrap: on Linux any other level is a broken machine, a failure
+    here rather than skipped containment tests (tests/agent/test_escape.py shows what a weaker
+    level does)."""
+    assert SUPPORT.isolation == "bwrap", f"bubblewrap is not usable here: {SUPPORT.notes}"
+
+
 async def test_runs_in_the_workspace_with_its_real_path(ws: Path):
     result = await sh("pwd; echo made > made.txt; echo out; echo err >&2; echo end", ws)
     assert result.exit_code == 0
     assert result.output == f"{ws}\nout\nerr\nend\n"
     assert (ws / "made.txt").read_text() == "made\n"
-    assert result.isolation == SUPPORT.isolation
+    assert result.isolation == "bwrap"
     assert not (result.timed_out or result.cancelled or result.truncated)
 
 

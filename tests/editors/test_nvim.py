@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "server"))
-from scripted_model import ScriptedModel  # tests/server is no package: on sys.path above
+from no_sandbox import stubbed_path  # tests/server is no package: on sys.path above
+from scripted_model import ScriptedModel
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +41,11 @@ SCRIPTS = {
     "permission_accept": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
     "permission_reject": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Leaving it."}]],
     "fix": [[{"text": "Fixed it."}]],
+    "unsandboxed": [[{"text": "", "tool_calls": [{"name": "run_terminal", "arguments": {"command": "echo made > made.txt"}}]},
+                     {"text": "Stopped."}]],
 }
+UNSANDBOXED = ("unsandboxed",)
+"""Scenarios on a machine whose bwrap and unshare fail (stubs first on PATH): the `none` level."""
 
 
 def _nvim() -> str | None:
@@ -76,6 +81,8 @@ def test_nvim_scenario(scenario: str, workspace: Path, tmp_path: Path) -> None:
         # install made before server/__init__.py existed imports `server` as a namespace there).
         env = {**os.environ, "COMPOSER_NVIM_TEST": json.dumps(ctx), "XDG_STATE_HOME": str(tmp_path / "state"),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        if scenario in UNSANDBOXED:
+            env.update(PATH=stubbed_path(tmp_path / "stubs", "bwrap", "unshare"), XDG_CONFIG_HOME=str(tmp_path / "xdg"))
         proc = subprocess.run([NVIM, "--headless", "--clean", "--cmd", f"set rtp^={PLUGIN}", "-l", str(SCRIPT)],
                               cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
         requests = model.requests
@@ -86,6 +93,9 @@ def test_nvim_scenario(scenario: str, workspace: Path, tmp_path: Path) -> None:
     assert result["seconds"] < 10, f"{scenario} took {result['seconds']:.1f} s"
     assert Path(result["root_dir"]) == workspace, "root_markers found the workspace"
     assert (workspace / "hello.py").read_text() == "print('hello')\n", "edits went to the buffer, not the disk"
+    assert result["status"] == ("sandbox: none (weaker than bubblewrap)" if scenario in UNSANDBOXED else "sandbox: bwrap")
+    if scenario in UNSANDBOXED:
+        assert not (workspace / "made.txt").exists(), "the rejected command ran"
     if scenario == "fix":
         asked = requests[-1]["messages"][-1]["content"]
         assert "'(' was never closed" in asked and "hello.py at line 1" in asked

@@ -5,7 +5,8 @@ Playwright against `python -m server --ws`, whose model is tests/server/scripted
 
 Review mode, a prompt typed into the page, the streamed answer, the permission card with the
 edit's diff, then accept (the file changes, Undo puts it back, a reload replays the session) or
-reject (the file stays); and the websocket refusing a missing token or a foreign Origin.
+reject (the file stays); the sandbox level, and on a machine without bubblewrap its warning and a
+question before every command; and the websocket refusing a missing token or a foreign Origin.
 Chromium comes from `make browser-deps` (apt); without it the browser tests skip.
 """
 
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from no_sandbox import stubbed_path
 from scripted_model import ScriptedModel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,12 +60,15 @@ class Server:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    """`python -m server --ws` on a free port over a workspace holding hello.py."""
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
+    """`python -m server --ws` on a free port over a workspace holding hello.py; an indirect
+    parameter names sandbox tools to stub out (("bwrap", "unshare"): the `none` level)."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "hello.py").write_text(GREETING)
     env = dict(os.environ, COMPOSER_HOME=str(tmp_path / "home"), PYTHONUNBUFFERED="1")
+    if getattr(request, "param", ()):
+        env.update(PATH=stubbed_path(tmp_path / "stubs", *request.param), XDG_CONFIG_HOME=str(tmp_path / "xdg"))
     with ScriptedModel(SCRIPT) as model:
         process = subprocess.Popen(
             [sys.executable, "-m", "server", "--ws", "127.0.0.1:0", "--workspace", str(workspace),
@@ -136,6 +141,7 @@ def ask_for_the_edit(page) -> object:
     from playwright.sync_api import expect
 
     expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    expect(page.locator("#isolation")).to_have_text("Sandbox: bwrap")  # make setup installs bubblewrap
     page.select_option("#mode", "review")
     page.fill("#prompt", REQUEST)
     page.press("#prompt", "Enter")
@@ -222,6 +228,32 @@ def test_cancel_while_asked_stops_the_turn(page, server: Server) -> None:
     expect(page.locator("#cancel")).to_be_hidden()
     expect(page.locator("#send")).to_be_visible()
     assert (server.workspace / "hello.py").read_text() == GREETING
+
+
+@needs_chromium
+@pytest.mark.parametrize("server", [("bwrap", "unshare")], indirect=True)
+def test_without_bubblewrap_the_page_warns_and_asks_before_every_command(page, server: Server) -> None:
+    from playwright.sync_api import expect
+
+    command = "echo made > made.txt"  # the agent-mode rules allow it: asked because of the sandbox
+    server.model.script = [[{"text": "", "tool_calls": [{"name": "run_terminal", "arguments": {"command": command}}]},
+                            {"text": "Stopped."}]]
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    badge = page.locator("#isolation")
+    expect(badge).to_have_text("Sandbox: none (weaker than bubblewrap)")
+    expect(badge).to_have_attribute("data-weaker", "true")
+    assert "allow_unsandboxed = true" in badge.get_attribute("title")
+    expect(page.locator("#toasts")).to_contain_text("weaker than bubblewrap")  # the server's showMessage
+    page.fill("#prompt", "make a file")
+    page.press("#prompt", "Enter")
+    card = page.locator(".permission")
+    expect(card.locator(".permission-input")).to_have_text(f"$ {command}")
+    expect(card.locator(".permission-warning")).to_contain_text("sandbox isolation 'none', weaker than bubblewrap")
+    expect(card.locator("button[data-kind]")).to_have_count(3)
+    expect(card.locator('button[data-kind="allow_always"]')).to_have_count(0)
+    card.locator('button[data-option-id="reject_once"]').click()
+    expect(page.locator(".note.turn-end")).to_have_attribute("data-stop-reason", "end_turn")
+    assert not (server.workspace / "made.txt").exists()
 
 
 def test_websocket_needs_the_token_and_its_own_origin(server: Server) -> None:

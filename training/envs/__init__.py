@@ -54,7 +54,10 @@ Isolation (`env.isolation`, "<filesystem>+<sandbox>"): the filesystem level is t
                   None: the upper dir on the state dir's disk, uncapped)
   fuse-overlayfs  when the `fuse-overlayfs` binary and /dev/fuse exist (unprivileged)
   copy            `cp -a --reflink=auto` of the base (any machine; disk capped per file only)
-that works; the sandbox level is agent/sandbox.py's (bwrap, unshare or none). An overlay mounted
+that works; the sandbox level is agent/sandbox.py's (bwrap, unshare or none), and below bwrap
+environments, bases with setup commands and the scheduler's workers refuse to start
+(agent.isolation.UnsandboxedError) unless `allow_unsandboxed=True` (Environment.create,
+Base.build, grade, Scheduler) or the user's config.toml says so. An overlay mounted
 only inside a user namespace is not a level: the harness's file tools run in this process and
 must see the merged view, and a mount of another namespace cannot be bound into bwrap.
 

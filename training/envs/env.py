@@ -11,6 +11,10 @@ An Environment is a writable view of a base (training/envs/fs.py) in a registere
 applies the patches (`git apply`, then `patch --fuzz=5` as SWE-bench's harness does) in the
 sandbox and runs the test commands there.
 
+Where the sandbox is weaker than bubblewrap (agent/isolation.py), environments refuse to start
+and bases with setup commands refuse to build (UnsandboxedError, naming the opt-in), unless
+`allow_unsandboxed=True` is passed (or the user's config.toml sets it).
+
 Tests: .venv/bin/python -m pytest tests/training/test_envs.py
 """
 
@@ -33,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.sandbox import GIB, SandboxResult, run_sandboxed, sandbox_support
+from agent.sandbox import GIB, SandboxResult, isolation_status, run_sandboxed
 from agent.tools.base import ToolContext
 from agent.workspace import Workspace
 from training.envs.diff import tree_diff
@@ -124,8 +128,11 @@ class Base:
         return cls(key or tree.name, tree, "")
 
     @classmethod
-    async def build(cls, spec: BaseSpec, base_dir: str | os.PathLike[str] | None = None) -> Base:
-        """The base for `spec`, built now unless a finished one is already in `base_dir`."""
+    async def build(cls, spec: BaseSpec, base_dir: str | os.PathLike[str] | None = None, *,
+                    allow_unsandboxed: bool = False) -> Base:
+        """The base for `spec`, built now unless a finished one is already in `base_dir`. Its
+        setup commands refuse to run with a sandbox weaker than bubblewrap unless
+        `allow_unsandboxed` (UnsandboxedError)."""
         home = Path(base_dir or default_base_dir()).resolve() / spec.dirname
         if (home / READY).exists():
             return cls(spec.key, home / "tree", spec.digest)
@@ -133,7 +140,7 @@ class Base:
             lock = await asyncio.to_thread(_flock, home)
             try:
                 if not (home / READY).exists():
-                    await _build(spec, home)
+                    await _build(spec, home, allow_unsandboxed)
             finally:
                 lock.close()
         return cls(spec.key, home / "tree", spec.digest)
@@ -163,7 +170,7 @@ def _flock(home: Path):
         lock.close()
 
 
-async def _build(spec: BaseSpec, home: Path) -> None:
+async def _build(spec: BaseSpec, home: Path, allow_unsandboxed: bool) -> None:
     tree = home / "tree"
     started = time.perf_counter()
     await asyncio.to_thread(remove_tree, tree)
@@ -180,7 +187,8 @@ async def _build(spec: BaseSpec, home: Path) -> None:
     for command in spec.setup:
         result = await run_sandboxed(command, workspace_root=tree, timeout_s=spec.setup_timeout_s,
                                      network=spec.setup_network, env=dict(spec.setup_env),
-                                     max_output_bytes=1_000_000, memory_bytes=None)
+                                     max_output_bytes=1_000_000, memory_bytes=None,
+                                     allow_unsandboxed=allow_unsandboxed)
         if result.exit_code != 0:
             raise BaseBuildError(f"base {spec.key}: setup command {command!r} "
                                  f"{'timed out' if result.timed_out else f'exited {result.exit_code}'}"
@@ -213,9 +221,12 @@ _ids = itertools.count()
 class Environment:
     """A writable copy-on-write view of a base; make one with `await Environment.create(base)`."""
 
-    def __init__(self, base: Base, limits: Limits, layer: Layer, sandbox: str, state_dir: Path) -> None:
+    def __init__(self, base: Base, limits: Limits, layer: Layer, sandbox: str, state_dir: Path, *,
+                 allow_unsandboxed: bool = False) -> None:
         self.base, self.limits, self.layer, self.state_dir = base, limits, layer, state_dir
         self.isolation = f"{layer.level}+{sandbox}"
+        self.allow_unsandboxed = allow_unsandboxed
+        """Commands may run with a sandbox weaker than bubblewrap (the opt-in was given)."""
         self.id = layer.env_dir.name
         self.closed = False
         self._workspace: Workspace | None = None
@@ -225,9 +236,12 @@ class Environment:
     async def create(cls, base: Base, *, limits: Limits | None = None,
                      state_dir: str | os.PathLike[str] | None = None,
                      filesystem: FsLevel | None = None, setup: Sequence[str] = (),
-                     kind: str = "env") -> Environment:
+                     kind: str = "env", allow_unsandboxed: bool = False) -> Environment:
         """A new view of `base` (filesystem: force a level, e.g. "copy"), after running `setup`
-        commands in it (SetupError when one fails)."""
+        commands in it (SetupError when one fails). Refuses to start (UnsandboxedError) when the
+        sandbox is weaker than bubblewrap, unless `allow_unsandboxed` or the user's config."""
+        status = await asyncio.to_thread(isolation_status, allow_unsandboxed)  # probed once (~0.1 s)
+        status.check("a training environment")
         limits = limits or Limits()
         registry = Registry(Path(state_dir) if state_dir else None)
         env_dir = registry.new_dir(kind)
@@ -237,8 +251,7 @@ class Environment:
         except BaseException:
             await asyncio.shield(asyncio.to_thread(registry.retire, env_dir))
             raise
-        support = await asyncio.to_thread(sandbox_support)  # probed once per process (~0.1 s)
-        env = cls(base, limits, layer, support.isolation, registry.state_dir)
+        env = cls(base, limits, layer, status.level, registry.state_dir, allow_unsandboxed=status.weaker)
         for command in setup:
             result = await env.run(command)
             if result.exit_code != 0:
@@ -257,10 +270,14 @@ class Environment:
             self._workspace = Workspace(self.root)
         return self._workspace
 
+    def sandbox_settings(self) -> dict[str, Any]:
+        """`ctx.state["sandbox"]` for run_terminal: the limits, and the opt-in when given."""
+        return {**self.limits.sandbox_settings(), **({"unsandboxed": "allow"} if self.allow_unsandboxed else {})}
+
     def tool_context(self, **kwargs: Any) -> ToolContext:
         """A ToolContext on this environment for `default_tools()`: run_terminal gets the limits."""
         ctx = ToolContext(self.workspace, **kwargs)
-        ctx.state.setdefault("sandbox", self.limits.sandbox_settings())
+        ctx.state.setdefault("sandbox", self.sandbox_settings())
         return ctx
 
     def session_config(self, **kwargs: Any) -> SessionConfig:
@@ -268,7 +285,8 @@ class Environment:
         no checkpoints and no semantic index unless asked."""
         from agent.session import SessionConfig
 
-        settings = {"auto_allow": True, "checkpoints": False, "index": "off", "client": "rollout"}
+        settings = {"auto_allow": True, "checkpoints": False, "index": "off", "client": "rollout",
+                    "allow_unsandboxed": self.allow_unsandboxed}
         return SessionConfig(workspace=self.root, **{**settings, **kwargs})
 
     async def open_session(self, policy: Any = None, **kwargs: Any) -> Session:
@@ -278,7 +296,7 @@ class Environment:
 
         session = await Session.create(self.session_config(**kwargs), policy=policy,
                                        workspace=self.workspace)
-        session.agent.ctx.state["sandbox"] = self.limits.sandbox_settings()
+        session.agent.ctx.state["sandbox"] = self.sandbox_settings()
         return session
 
     def _check_open(self) -> None:
@@ -295,7 +313,8 @@ class Environment:
             command, workspace_root=self.root, timeout_s=timeout, max_output_bytes=max_output_bytes,
             env={**self.limits.env, **(env or {})}, network=self.limits.network, on_output=on_output,
             cancelled=cancelled, memory_bytes=self.limits.memory_bytes,
-            max_processes=self.limits.max_processes, max_file_bytes=self.limits.max_file_bytes)
+            max_processes=self.limits.max_processes, max_file_bytes=self.limits.max_file_bytes,
+            allow_unsandboxed=self.allow_unsandboxed)
 
     async def apply(self, patch: str) -> SandboxResult:
         """Applies a diff to the view in the sandbox: `git apply`, else `patch -p1 --fuzz=5`."""
@@ -325,7 +344,8 @@ class Environment:
         if diff is None:
             diff = await asyncio.to_thread(self.diff)
         return await grade(self.base, tests, diff, patches=patches, limits=self.limits,
-                           state_dir=self.state_dir, filesystem=self.layer.level, timeout_s=timeout_s)
+                           state_dir=self.state_dir, filesystem=self.layer.level, timeout_s=timeout_s,
+                           allow_unsandboxed=self.allow_unsandboxed)
 
     async def healthy(self) -> bool:
         """The view is mounted and readable and a command runs in the sandbox."""
@@ -360,12 +380,12 @@ class Environment:
 async def grade(base: Base, tests: Sequence[str], diff: str | None = None, *,
                 patches: Sequence[str] = (), limits: Limits | None = None,
                 state_dir: str | os.PathLike[str] | None = None, filesystem: FsLevel | None = None,
-                timeout_s: float | None = None) -> GradeResult:
+                timeout_s: float | None = None, allow_unsandboxed: bool = False) -> GradeResult:
     """Applies `diff` and then `patches` (e.g. a task's test_patch) to a fresh view of `base`,
     runs `tests` there one by one (each must exit 0) and tears the view down."""
     started = time.perf_counter()
     env = await Environment.create(base, limits=limits, state_dir=state_dir, filesystem=filesystem,
-                                   kind="grade")
+                                   kind="grade", allow_unsandboxed=allow_unsandboxed)
     try:
         outputs = []
         for patch in [p for p in (diff, *patches) if p and p.strip()]:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from agent.sandbox import sandbox_support
+from agent.sandbox import isolation_status, sandbox_support
 from training.envs.env import Base, BaseSpec, Environment, GradeResult, Limits, Rollout, grade
 from training.envs.exceptions import BaseBuildError, EnvError, SchedulerClosedError, SetupError
 from training.envs.fs import FsLevel, FsSupport, probe_levels
@@ -126,17 +126,22 @@ class Runner:
     local backend holds one; each Ray actor holds one."""
 
     def __init__(self, state_dir: str | os.PathLike[str] | None = None,
-                 base_dir: str | os.PathLike[str] | None = None, max_builds: int = 2) -> None:
+                 base_dir: str | os.PathLike[str] | None = None, max_builds: int = 2,
+                 allow_unsandboxed: bool = False) -> None:
         self.state_dir = Path(state_dir or default_state_dir())
         self.base_dir = Path(base_dir or default_base_dir())
         self.max_builds = max_builds
+        self.allow_unsandboxed = allow_unsandboxed
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self._bases: dict[str, asyncio.Task] = {}
         self._builds: asyncio.Semaphore | None = None
         self._slots: dict[str, _Slot] = {}
 
     async def start(self) -> dict[str, Any]:
-        """Reaps what dead owners left in the state and base dirs, probes the machine."""
+        """Reaps what dead owners left in the state and base dirs, probes the machine; refuses
+        (UnsandboxedError) where the sandbox is weaker than bubblewrap, unless allowed."""
+        status = await asyncio.to_thread(isolation_status, self.allow_unsandboxed)
+        status.check(f"the scheduler's worker {self.name}")
         report = await asyncio.to_thread(reap, self.state_dir, self.base_dir)
         fs = await asyncio.to_thread(self._probe)
         support = await asyncio.to_thread(sandbox_support)
@@ -163,7 +168,7 @@ class Runner:
     async def _build(self, spec: BaseSpec) -> Base:
         self._builds = self._builds or asyncio.Semaphore(self.max_builds)
         async with self._builds:
-            return await Base.build(spec, self.base_dir)
+            return await Base.build(spec, self.base_dir, allow_unsandboxed=self.allow_unsandboxed)
 
     async def prepare(self, specs: Sequence[BaseSpec]) -> list[str]:
         return [str((await self.base(spec)).path) for spec in specs]
@@ -190,7 +195,8 @@ class Runner:
         slot.base = await self.base(job.base)
         for _ in range(2):
             env = await Environment.create(slot.base, limits=job.limits, state_dir=self.state_dir,
-                                           filesystem=job.filesystem, setup=job.setup)
+                                           filesystem=job.filesystem, setup=job.setup,
+                                           allow_unsandboxed=self.allow_unsandboxed)
             if await env.healthy():
                 slot.env = env
                 return Outcome(value=env.isolation)
@@ -344,9 +350,12 @@ class Scheduler:
                  max_queue: int = 10_000, max_setup: int | None = None, max_builds: int = 2,
                  backend: Literal["local", "ray"] = "local",
                  state_dir: str | os.PathLike[str] | None = None,
-                 base_dir: str | os.PathLike[str] | None = None, **ray_options: Any) -> None:
+                 base_dir: str | os.PathLike[str] | None = None, allow_unsandboxed: bool = False,
+                 **ray_options: Any) -> None:
         """`cpus`: what admission hands out (default: this machine's, or the Ray cluster's);
-        `ray_options` go to RayBackend (actors, cpus_per_actor, address, init)."""
+        `ray_options` go to RayBackend (actors, cpus_per_actor, address, init);
+        `allow_unsandboxed`: run even where the sandbox is weaker than bubblewrap (start() refuses
+        otherwise, on every worker: agent/isolation.py)."""
         if max_concurrency < 1 or max_queue < max_concurrency:
             raise ValueError(f"need max_concurrency ({max_concurrency}) >= 1 and max_queue "
                              f"({max_queue}) >= max_concurrency")
@@ -357,7 +366,8 @@ class Scheduler:
         self.backend_name, self.cpus = backend, cpus
         self.max_concurrency, self.max_queue = max_concurrency, max_queue
         self.max_setup = max_setup or max(2, 2 * (os.cpu_count() or 1))
-        self._runner_args = {"state_dir": state_dir, "base_dir": base_dir, "max_builds": max_builds}
+        self._runner_args = {"state_dir": state_dir, "base_dir": base_dir, "max_builds": max_builds,
+                             "allow_unsandboxed": allow_unsandboxed}
         self._ray_options = ray_options
         self._backend: Any = None
         self._state = "new"

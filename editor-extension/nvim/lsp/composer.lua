@@ -29,6 +29,10 @@ return {
       return require('composer').on_apply_edit(...)
     end,
   },
+  -- The sandbox level the server's commands run with (composer/isolation).
+  on_init = function(client)
+    require('composer').on_init(client)
+  end,
   on_attach = function(client, bufnr)
     require('composer').on_attach(client, bufnr)
   end,

@@ -39,6 +39,10 @@ end, {
   desc = 'Composer: set the chat session mode (agent or review)',
 })
 
+command('ComposerStatus', function()
+  require('composer').show_status()
+end, { desc = 'Composer: the sandbox level of each running composer-lsp' })
+
 command('ComposerNew', function()
   require('composer').new_session()
 end, { desc = 'Composer: start a new chat session' })

@@ -59,6 +59,12 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     },
   };
 
+  // Each server says which sandbox level its commands run with; the status bar shows it.
+  const attach = (client: LanguageClient): void => {
+    sessions.attach(client);
+    void sessions.refreshIsolation();
+  };
+
   let starting: Promise<void> = Promise.resolve();
   const runServer = (): Promise<void> => {
     starting = starting.then(async () => {
@@ -71,13 +77,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       sessions.detach('starting');
       lsClient = await restartServer(current, interpreter, root, outputChannel, middleware, {
         onState: (state, client) => {
-          if (state === State.Running) sessions.attach(client);
+          if (state === State.Running) attach(client);
           else if (state === State.Starting) sessions.detach('starting');
           else if (client === lsClient) sessions.detach('stopped', 'the server stopped (see the Composer output)');
         },
         onStartFailed: (message) => sessions.detach('failed', message),
       }, lsClient);
-      if (lsClient && lsClient.state === State.Running && !sessions.connected) sessions.attach(lsClient);
+      if (lsClient && lsClient.state === State.Running && !sessions.connected) attach(lsClient);
     }).catch((err) => traceError('Could not start composer-lsp:', err));
     return starting;
   };

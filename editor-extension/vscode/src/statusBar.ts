@@ -1,5 +1,6 @@
-/* The status bar item: idle / working / waiting for an answer / error, from the chat state
- * (viewModel.statusOf); clicking it opens the chat.
+/* The status bar item: idle / working / waiting for an answer / error, and the sandbox level
+ * (a warning when it is weaker than bubblewrap), from the chat state (viewModel.statusOf);
+ * clicking it opens the chat.
  */
 
 import * as vscode from 'vscode';
@@ -20,7 +21,8 @@ export class StatusBar implements vscode.Disposable {
     this.item.text = status.text;
     this.item.tooltip = status.tooltip;
     this.item.backgroundColor = status.kind === 'error' ? new vscode.ThemeColor('statusBarItem.errorBackground')
-      : status.kind === 'waiting' ? new vscode.ThemeColor('statusBarItem.warningBackground') : undefined;
+      : status.kind === 'waiting' || status.kind === 'unsandboxed' ? new vscode.ThemeColor('statusBarItem.warningBackground')
+        : undefined;
   }
 
   dispose(): void {

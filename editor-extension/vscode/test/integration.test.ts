@@ -11,7 +11,7 @@ import { ChatItem, currentSession, MessageItem, pendingPermissions, ToolItem } f
 import { SessionClient } from '../src/protocol/sessionClient';
 import type { SessionNotification } from '../src/protocol/types';
 import { permissionView, ViewSync } from '../src/protocol/viewModel';
-import { Model, ScriptReply, Server, startModel, startServer, until } from './support/composer';
+import { connectServer, Model, PYTHON, REPO_ROOT, ScriptReply, Server, startModel, startServer, until } from './support/composer';
 
 const EDIT = { name: 'edit_file', arguments: { path: 'hello.py', old_string: 'hello', new_string: 'goodbye' } };
 const EDIT_BACK = { name: 'edit_file', arguments: { path: 'hello.py', old_string: 'goodbye', new_string: 'farewell' } };
@@ -54,6 +54,21 @@ function texts(client: SessionClient, role: 'user' | 'agent'): string[] {
 
 function tools(client: SessionClient): ToolItem[] {
   return items(client).filter((i): i is ToolItem => i.type === 'tool');
+}
+
+/** Answers every permission question of `client` with `optionId`; returns the questions as the chat shows them. */
+function answerEach(client: SessionClient, optionId: string): ReturnType<typeof permissionView>[] {
+  const seen: ReturnType<typeof permissionView>[] = [];
+  const answered = new Set<number>();
+  client.onDidChange((state) => {
+    for (const { permission } of pendingPermissions(currentSession(state))) {
+      if (answered.has(permission.requestId)) continue;
+      answered.add(permission.requestId);
+      seen.push(permissionView(permission, workspace));
+      queueMicrotask(() => client.answerPermission(permission.requestId, optionId));
+    }
+  });
+  return seen;
 }
 
 describe('composer-lsp through the session client', () => {
@@ -142,6 +157,46 @@ describe('composer-lsp through the session client', () => {
     expect(fs.readFileSync(file, 'utf8')).toBe("print('goodbye')\n");
     expect(tools(client)[1].status).toBe('failed');
     expect(tools(client)[1].permission?.answer).toEqual({ optionId: 'reject_once' });
+  });
+
+  it('in review mode asks before every command, showing it whole; the server runs with bubblewrap', async () => {
+    const made = path.join(workspace, 'made.txt');
+    const { client } = await setUp([[{ text: '', tool_calls: [{ name: 'run_terminal', arguments: { command: 'echo made > made.txt' } }] },
+      { text: 'Ran it.' }]], 'review');
+    await client.refreshIsolation();
+    expect(client.state.isolation).toMatchObject({ level: 'bwrap', weaker: false, restricted: false });
+    const views = answerEach(client, 'allow_once');
+
+    expect((await client.prompt('make a file')).stopReason).toBe('end_turn');
+    expect(views).toHaveLength(1); // the default rules allow this command: review mode asked anyway
+    expect(views[0]).toMatchObject({ details: ['$ echo made > made.txt'], warning: null });
+    expect(views[0].options.map((o) => o.kind)).toEqual(['allow_once', 'reject_once', 'reject_always']);
+    expect(fs.readFileSync(made, 'utf8')).toBe('made\n');
+  });
+
+  it('without bubblewrap asks about every command with the level, and a rejected one never runs', async () => {
+    const stubs = path.join(tmp, 'stubs');
+    fs.mkdirSync(stubs);
+    for (const tool of ['bwrap', 'unshare']) fs.writeFileSync(path.join(stubs, tool), '#!/bin/sh\nexit 1\n', { mode: 0o755 });
+    running.model = await startModel([[{ text: '', tool_calls: [{ name: 'run_terminal', arguments: { command: 'echo made > made.txt' } }] },
+      { text: 'Stopped.' }]], tmp);
+    const env = { ...process.env, PATH: `${stubs}${path.delimiter}${process.env.PATH}`, XDG_CONFIG_HOME: path.join(tmp, 'xdg') };
+    const server = await connectServer(PYTHON, ['-m', 'server', '--stdio', '--workspace', workspace, '--endpoint', running.model.url,
+      '--log-dir', path.join(tmp, 'logs')], { cwd: REPO_ROOT, env }, workspace, { mode: 'agent' });
+    running.servers.push(server);
+    const client = new SessionClient({ cwd: workspace, mode: 'agent' });
+    client.attach(server.connection);
+    await client.refreshIsolation();
+    expect(client.state.isolation).toMatchObject({ level: 'none', weaker: true, restricted: true });
+    const views = answerEach(client, 'reject_once');
+
+    expect((await client.prompt('make a file')).stopReason).toBe('end_turn');
+    expect(views).toHaveLength(1); // agent mode, and the rules allow it: asked because of the sandbox
+    expect(views[0].details).toEqual(['$ echo made > made.txt']);
+    expect(views[0].warning).toContain("sandbox isolation 'none', weaker than bubblewrap");
+    expect(views[0].options.map((o) => o.kind)).not.toContain('allow_always');
+    expect(fs.existsSync(path.join(workspace, 'made.txt'))).toBe(false);
+    expect(tools(client)[0].status).toBe('failed');
   });
 
   it('cancel ends the turn with stopReason cancelled', async () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { currentSession, pendingPermissions, ToolItem } from '../src/protocol/chatState';
 import { SessionClient } from '../src/protocol/sessionClient';
-import { chunk, FakeConnection, MODES, permissionParams } from './support/fakeConnection';
+import { chunk, FakeConnection, MODES, permissionParams, WEAK } from './support/fakeConnection';
 
 function setUp(responders: Record<string, (p: any) => unknown> = {}, mode: 'agent' | 'review' = 'agent') {
   const conn = new FakeConnection({
@@ -186,6 +186,24 @@ describe('the session client when reloading fails', () => {
 });
 
 describe('the session client creating a session', () => {
+  it('asks the server for its sandbox level, and forgets it when the server goes', async () => {
+    const logged: string[] = [];
+    const conn = new FakeConnection({ 'composer/isolation': () => WEAK });
+    const client = new SessionClient({ cwd: '/ws', log: (level, m) => logged.push(`${level}: ${m}`) });
+    client.attach(conn);
+    expect(client.state.isolation).toBeNull();
+    await client.refreshIsolation();
+    expect(conn.sent).toEqual([{ method: 'composer/isolation', params: {} }]);
+    expect(client.state.isolation).toEqual(WEAK);
+    expect(logged).toEqual([`warn: ${WEAK.message}`]);
+    client.detach();
+    expect(client.state.isolation).toBeNull();
+    client.attach(new FakeConnection({}));  // a server without composer/isolation
+    await client.refreshIsolation();
+    expect(client.state.isolation).toBeNull();
+    expect(logged[1]).toContain('composer/isolation: no responder');
+  });
+
   it('creates one session for prompts sent while it is being created', async () => {
     const { conn, client } = setUp();
     await Promise.allSettled([client.prompt('one'), client.prompt('two')]);

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ChatState, initialState, reduce } from '../src/protocol/chatState';
 import { findDiff, header, statusOf, ViewSync } from '../src/protocol/viewModel';
-import { chunk, DIFF, MODES, permissionParams } from './support/fakeConnection';
+import { chunk, DIFF, MODES, permissionParams, terminalPermissionParams, WEAK } from './support/fakeConnection';
 
 function running(): ChatState {
   let s = reduce(initialState(), { type: 'server', status: 'running' });
@@ -89,5 +89,33 @@ describe('the chat view model', () => {
     expect(statusOf(reduce(s, { type: 'turnEnded', sessionId: 's', stopReason: 'end_turn' })).kind).toBe('idle');
     expect(statusOf(reduce(s, { type: 'turnFailed', sessionId: 's', message: 'boom' }))).toMatchObject({ kind: 'error', tooltip: 'The last turn failed: boom' });
     expect(statusOf(reduce(s, { type: 'server', status: 'failed', message: 'python not found' })).kind).toBe('error');
+  });
+
+  it('names the sandbox level, and warns when it is weaker than bubblewrap', () => {
+    const idle = reduce(running(), { type: 'turnEnded', sessionId: 's', stopReason: 'end_turn' });
+    const full = { ...WEAK, level: 'bwrap', weaker: false, restricted: false, message: 'sandbox isolation: bwrap (bubblewrap)' };
+    expect(statusOf(reduce(idle, { type: 'isolation', status: full }))).toMatchObject({ kind: 'idle' });
+    expect(statusOf(reduce(idle, { type: 'isolation', status: full })).tooltip).toContain('sandbox isolation: bwrap');
+    const weak = reduce(idle, { type: 'isolation', status: WEAK });
+    expect(statusOf(weak)).toMatchObject({ kind: 'unsandboxed', text: '$(warning) Composer: sandbox none' });
+    expect(statusOf(weak).tooltip).toContain('Warning: sandbox isolation: none, weaker than bubblewrap');
+    expect(header(weak).isolation).toEqual({ level: 'none', weaker: true, message: WEAK.message });
+    const asked = reduce(weak, { type: 'permissionAsked', requestId: 2, params: permissionParams('s') });
+    expect(statusOf(asked).kind).toBe('waiting'); // a question outranks the standing warning
+    expect(statusOf(asked).tooltip).toContain('weaker than bubblewrap');
+    const restarted = reduce(weak, { type: 'server', status: 'starting' });
+    expect(restarted.isolation).toBeNull(); // the next server says its own
+    expect(header(restarted).isolation).toBeNull();
+  });
+
+  it('shows a terminal question with the whole command and the sandbox warning, without "always allow"', () => {
+    const s = reduce(running(), { type: 'permissionAsked', requestId: 5, params: terminalPermissionParams('s', 'make all') });
+    const tool = new ViewSync('/ws').next(s).items[1];
+    if (tool.type !== 'tool') throw new Error('expected a tool card');
+    expect(tool.permission).toMatchObject({ details: ['$ make all'], diffs: [] });
+    expect(tool.permission!.warning).toContain("sandbox isolation 'none'");
+    expect(tool.permission!.options.map((o) => o.kind)).toEqual(['allow_once', 'reject_once', 'reject_always']);
+    const edit = new ViewSync('/ws').next(reduce(running(), { type: 'permissionAsked', requestId: 6, params: permissionParams('s') })).items[1];
+    expect(edit.type === 'tool' && edit.permission).toMatchObject({ details: [], warning: null });
   });
 });

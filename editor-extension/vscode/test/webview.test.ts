@@ -6,7 +6,7 @@ import { initialState, reduce } from '../src/protocol/chatState';
 import type { FromView } from '../src/protocol/view';
 import { ViewSync } from '../src/protocol/viewModel';
 import { mount, renderText } from '../src/webview/main';
-import { chunk, MODES, permissionParams } from './support/fakeConnection';
+import { chunk, MODES, permissionParams, terminalPermissionParams, WEAK } from './support/fakeConnection';
 
 let root: HTMLElement;
 let posted: FromView[];
@@ -95,6 +95,25 @@ describe('the chat webview', () => {
     $('[data-testid="history"]').click();
     expect(posted).toEqual([{ type: 'setMode', modeId: 'review' }, { type: 'newChat' }, { type: 'history' }]);
     expect($('[data-testid="transcript"]').textContent).toContain('What should Composer do?');
+  });
+
+  it('warns about a weaker sandbox and shows the command and warning in its question', () => {
+    const view = mount(root, (m) => posted.push(m));
+    let s = reduce(state(), { type: 'isolation', status: { ...WEAK, level: 'bwrap', weaker: false } });
+    view.receive(new ViewSync('/ws').next(s));
+    expect($('[data-testid="isolation"]').hidden).toBe(true);
+    expect($('[data-testid="title"]').title).toContain('sandbox: bwrap');
+    s = reduce(reduce(state(), { type: 'isolation', status: WEAK }),
+      { type: 'permissionAsked', requestId: 7, params: terminalPermissionParams('s', 'make <all>') });
+    view.receive(new ViewSync('/ws').next(s));
+    const sandbox = $('[data-testid="isolation"]');
+    expect(sandbox.hidden).toBe(false);
+    expect(sandbox.textContent).toContain('Sandbox: none.');
+    const card = $$('[data-testid="permission"]')[1];
+    expect(card.querySelector('[data-testid="permission-command"]')!.textContent).toBe('$ make <all>');
+    expect(card.querySelector('[data-testid="permission-warning"]')!.textContent).toContain('weaker than bubblewrap');
+    expect([...card.querySelectorAll('button[data-option]')].map((b) => b.getAttribute('data-option')))
+      .toEqual(['allow_once', 'reject_once', 'reject_always']);
   });
 
   it('never turns model text into HTML', () => {

@@ -235,12 +235,40 @@ function S.fix()
   check(chat_text():find('Fixed it.', 1, true), 'the fix turn streamed into the chat')
 end
 
+function S.unsandboxed()
+  -- composer-lsp runs where bwrap and unshare fail (tests/editors/test_nvim.py stubs them)
+  local notes, notify = {}, vim.notify
+  vim.notify = function(msg, level)
+    notes[#notes + 1] = { msg = msg, level = level }
+    notify(msg, level)
+  end
+  start()
+  local asked = answer_permissions('reject_once')
+  wait(10000, function()
+    return require('composer').status() ~= ''
+  end, 'composer/isolation')
+  local warned = vim.tbl_filter(function(n)
+    return n.level == vim.log.levels.WARN and n.msg:find('weaker than bubblewrap', 1, true) ~= nil
+  end, notes)
+  check(#warned == 1, 'warned once at start that the sandbox is weaker, not ' .. #warned .. ' times')
+  vim.cmd('ComposerChat make a file') -- agent mode: the rules would allow this command
+  local turn = wait_turn(1)
+  result.asked = asked
+  check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
+  check(#asked == 1, 'asked once, not ' .. #asked .. ' times')
+  check(asked[1].prompt:find("sandbox isolation 'none'", 1, true), 'the question states the level')
+  check(not vim.tbl_contains(asked[1].options, 'Always allow'), 'no "Always allow" is offered')
+  check(chat_text():find('$ echo made > made.txt', 1, true), 'the chat shows the whole command')
+  check(vim.fn.filereadable(ctx.ws .. '/made.txt') == 0, 'the rejected command never ran')
+end
+
 local start_ns = vim.uv.hrtime()
 local ok, err = xpcall(S[ctx.scenario], debug.traceback)
 result.ok, result.error = ok, not ok and tostring(err) or nil
 result.seconds = (vim.uv.hrtime() - start_ns) / 1e9
 result.chat = chat_text()
 result.turns = turns
+result.status = require('composer').status() -- the sandbox level, as a statusline would show it
 local file = assert(io.open(ctx.result, 'w'))
 file:write(vim.json.encode(result))
 file:close()

@@ -5,7 +5,9 @@
 -- The server config itself is lsp/composer.lua, so `vim.lsp.enable('composer')` works alone;
 -- this module adds the chat (ACP's `session/*` methods on the LSP connection), the commands of
 -- plugin/composer.lua, and the handlers lsp/composer.lua points at. Edits to open buffers arrive
--- as `workspace/applyEdit`, which Neovim applies itself (undo with `u`). See :help composer.
+-- as `workspace/applyEdit`, which Neovim applies itself (undo with `u`). The server's sandbox level
+-- (composer/isolation) is asked for at start, for `require('composer').status()` (a statusline)
+-- and :ComposerStatus; the server itself warns when it is weaker than bubblewrap. See :help composer.
 
 local Composer = {}
 local H = {}
@@ -44,6 +46,8 @@ H.sessions = {}
 H.running = {}
 --- Client id -> executeCommand turns in flight (their session ids come with the first update).
 H.commands = {}
+--- Client id -> the server's sandbox status (composer/isolation), once it answered.
+H.isolation = {}
 
 ---@param config? table see |composer-config|
 function Composer.setup(config)
@@ -188,7 +192,53 @@ function Composer.new_session()
   H.chat().clear()
 end
 
+--- The sandbox level of the chat's server, for a statusline: 'sandbox: bwrap', 'sandbox: none
+--- (weaker than bubblewrap)', or '' until the server said.
+---@param client_id? integer
+---@return string
+function Composer.status(client_id)
+  local id = client_id or H.last_client or next(H.isolation)
+  local status = id and H.isolation[id]
+  if not status then
+    return ''
+  end
+  return 'sandbox: ' .. status.level .. (status.weaker and ' (weaker than bubblewrap)' or '')
+end
+
+--- :ComposerStatus: what each running server says about its sandbox.
+function Composer.show_status()
+  local said = false
+  for _, client in ipairs(vim.lsp.get_clients({ name = 'composer' })) do
+    local status = H.isolation[client.id]
+    if status then
+      local level = status.weaker and vim.log.levels.WARN or vim.log.levels.INFO
+      H.notify(('%s: %s'):format(client.root_dir or '?', status.message), level)
+      said = true
+    end
+  end
+  if not said then
+    H.notify('no composer-lsp has reported its sandbox yet', vim.log.levels.INFO)
+  end
+end
+
 -- ---- what lsp/composer.lua calls ---------------------------------------------------------------
+
+--- `on_init`: asks the server which sandbox level its commands run with (composer/isolation)
+--- and fires `User ComposerIsolation`. (A weaker level's warning needs no notify of ours: the
+--- server sends it as `window/showMessage`, which Neovim shows.)
+function Composer.on_init(client)
+  client:request('composer/isolation', {}, function(err, status)
+    if err or type(status) ~= 'table' then
+      return
+    end
+    H.isolation[client.id] = status
+    vim.api.nvim_exec_autocmds('User', {
+      pattern = 'ComposerIsolation',
+      modeline = false,
+      data = { client_id = client.id, isolation = status },
+    })
+  end)
+end
 
 --- `session/update`: renders the update into the chat.
 function Composer.on_update(_, params, ctx)
@@ -214,8 +264,9 @@ function Composer.on_update(_, params, ctx)
   })
 end
 
---- `session/request_permission`: shows the call (and its diff) in the chat and asks with
---- vim.ui.select. Neovim runs server requests in a coroutine, so this yields until the answer.
+--- `session/request_permission`: shows the call (its diff, or its whole command) in the chat and
+--- asks with vim.ui.select, a weaker sandbox's warning first in the prompt. Neovim runs server
+--- requests in a coroutine, so this yields until the answer.
 function Composer.on_permission(_, params)
   local co, is_main = coroutine.running()
   if not co or is_main then
@@ -227,6 +278,12 @@ function Composer.on_permission(_, params)
   end
   H.chat().show(Composer.config.chat.open, false) -- the diff to review
   local prompt = ('Composer wants to %s'):format(call.title or 'run a tool')
+  for _, item in ipairs(type(call.content) == 'table' and call.content or {}) do
+    local text = type(item) == 'table' and type(item.content) == 'table' and item.content.text
+    if type(text) == 'string' and vim.startswith(text, 'Warning:') then
+      prompt = text .. '\n' .. prompt
+    end
+  end
   local opts = {
     prompt = prompt,
     kind = 'composer_permission',

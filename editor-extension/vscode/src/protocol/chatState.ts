@@ -11,7 +11,7 @@
  */
 
 import type {
-  DiffContent, ModeId, PermissionOption, PlanEntry, RequestPermissionParams, SessionMode, SessionModes,
+  DiffContent, IsolationStatus, ModeId, PermissionOption, PlanEntry, RequestPermissionParams, SessionMode, SessionModes,
   SessionUpdate, StopReason, ToolCallContent, ToolCallFields, ToolKind, ToolLocation, ToolStatus,
 } from './types';
 
@@ -34,6 +34,8 @@ export interface PermissionState {
   diffs: DiffContent[];
   /** The parts of the call no rule allowed (composer's `_meta.composer.asked`). */
   reasons: string[];
+  /** The question's text blocks: a command shown whole, a weaker sandbox's warning. */
+  details: string[];
   /** Unset while the question waits for an answer. */
   answer?: PermissionAnswer;
 }
@@ -93,6 +95,8 @@ export interface ChatState {
   draftMode: ModeId;
   modes: SessionMode[];
   server: { status: ServerStatus; message: string | null };
+  /** The sandbox's isolation level (composer/isolation); null until the server said. */
+  isolation: IsolationStatus | null;
   /** Turns started by server commands (composer.fixDiagnostic, composer.prompt) still running. */
   commandTurns: number;
   nextRev: number;
@@ -100,11 +104,12 @@ export interface ChatState {
 
 export const DEFAULT_MODES: SessionMode[] = [
   { id: 'agent', name: 'Agent', description: 'Edits and safe commands run as the permission rules say.' },
-  { id: 'review', name: 'Review edits', description: 'Every edit waits for you to accept its diff.' },
+  { id: 'review', name: 'Review edits', description: 'Every edit waits for you to accept its diff, every command for you to allow it.' },
 ];
 
 export type ChatAction =
   | { type: 'server'; status: ServerStatus; message?: string | null }
+  | { type: 'isolation'; status: IsolationStatus | null }
   | { type: 'opened'; sessionId: string; modes?: SessionModes; cwd?: string | null; title?: string | null;
       loading?: boolean; running?: boolean; select?: boolean }
   | { type: 'loaded'; sessionId: string; modes?: SessionModes }
@@ -123,7 +128,7 @@ export type ChatAction =
 
 export function initialState(draftMode: ModeId = 'agent'): ChatState {
   return { sessions: {}, currentId: null, draftMode, modes: DEFAULT_MODES,
-    server: { status: 'stopped', message: null }, commandTurns: 0, nextRev: 1 };
+    server: { status: 'stopped', message: null }, isolation: null, commandTurns: 0, nextRev: 1 };
 }
 
 export function emptySession(id: string, mode: ModeId): SessionState {
@@ -192,6 +197,7 @@ export function reduce(prev: ChatState, action: ChatAction): ChatState {
   switch (action.type) {
     case 'server':
       st.server = { status: action.status, message: action.message ?? null };
+      if (action.status !== 'running') st.isolation = null;  // the next server says its own
       if (action.status === 'stopped' || action.status === 'failed') {
         detachAll(d, 'the server stopped');
         st.commandTurns = 0;
@@ -214,6 +220,9 @@ export function reduce(prev: ChatState, action: ChatAction): ChatState {
       applyModes(st, s, action.modes);
       break;
     }
+    case 'isolation':
+      st.isolation = action.status;
+      break;
     case 'select':
       st.currentId = action.sessionId;
       break;
@@ -390,6 +399,8 @@ function askPermission(d: Draft, requestId: number, params: RequestPermissionPar
     options: Array.isArray(params.options) ? params.options : [],
     diffs: content.filter((c): c is DiffContent => !!c && c.type === 'diff'),
     reasons: Array.isArray(asked) ? asked.map((a) => String(a.text ?? '')) : [],
+    details: content.flatMap((c) => (c && c.type === 'content' && typeof (c.content as { text?: unknown })?.text === 'string'
+      ? [String((c.content as { text: string }).text)] : [])),
   };
   s.open = null;
   d.change<ToolItem>(s, index, { permission });

@@ -5,6 +5,7 @@
  *
  *   const client = new SessionClient({cwd: '/repo', mode: 'review'});
  *   client.attach(connection);                      // after `initialize`
+ *   await client.refreshIsolation();                // the sandbox level, for the status bar
  *   client.onDidChange((state) => render(state));
  *   await client.prompt('rename foo to bar');       // creates the session on first use
  *   client.answerPermission(requestId, 'allow_once');
@@ -14,8 +15,9 @@
 
 import { ChatAction, ChatState, currentSession, initialState, pendingPermissions, PermissionAnswer, reduce, ServerStatus } from './chatState';
 import {
-  ContentBlock, METHODS, ModeId, NewSessionResult, PromptResult, ProtocolDiagnostic, RequestPermissionParams,
-  RequestPermissionResponse, RewindResult, SERVER_COMMANDS, SessionInfo, SessionModes, SessionNotification,
+  ContentBlock, IsolationStatus, METHODS, ModeId, NewSessionResult, PromptResult, ProtocolDiagnostic,
+  RequestPermissionParams, RequestPermissionResponse, RewindResult, SERVER_COMMANDS, SessionInfo, SessionModes,
+  SessionNotification,
 } from './types';
 
 export interface Disposable {
@@ -113,6 +115,19 @@ export class SessionClient {
     this.conn = null;
     for (const [requestId, w] of [...this.waiting]) this.finish(requestId, w, { cancelled: 'the server stopped' }, false);
     this.dispatch({ type: 'server', status, message: message ?? null });
+  }
+
+  /** Asks the server which sandbox level its terminal commands run with (composer/isolation) and
+   * keeps the answer in the state; a server that cannot say leaves it unknown (null). */
+  async refreshIsolation(): Promise<void> {
+    try {
+      const status = await this.request<IsolationStatus>(METHODS.isolation, {});
+      this.dispatch({ type: 'isolation', status });
+      if (status.weaker) this.log('warn', status.message);
+    } catch (err) {
+      this.log('warn', `composer/isolation: ${errorMessage(err)}`);
+      this.dispatch({ type: 'isolation', status: null });
+    }
   }
 
   private connection(): RpcConnection {

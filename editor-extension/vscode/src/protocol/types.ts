@@ -146,6 +146,18 @@ export interface ProtocolDiagnostic {
   code?: string | number;
 }
 
+/** `composer/isolation`: the sandbox level terminal commands run with (agent/isolation.py). */
+export interface IsolationStatus {
+  level: string;
+  /** Weaker than bubblewrap (unshare, none). */
+  weaker: boolean;
+  /** Weaker and not opted in: every terminal command is asked about, with no "allow always". */
+  restricted: boolean;
+  letsThrough: string;
+  optIn: string | null;
+  message: string;
+}
+
 export const METHODS = {
   newSession: 'session/new',
   loadSession: 'session/load',
@@ -155,6 +167,7 @@ export const METHODS = {
   cancel: 'session/cancel',
   close: 'session/close',
   rewind: 'composer/rewind',
+  isolation: 'composer/isolation',
   update: 'session/update',
   requestPermission: 'session/request_permission',
   executeCommand: 'workspace/executeCommand',

@@ -20,6 +20,10 @@ export interface ViewPermission {
   requestId: number;
   title: string;
   reasons: string[];
+  /** The command asked about, shown whole. */
+  details: string[];
+  /** A weaker sandbox's warning (what the command could do there). */
+  warning: string | null;
   diffs: DiffModel[];
   options: ViewOption[];
   state: 'pending' | 'answered' | 'cancelled';
@@ -55,6 +59,8 @@ export interface ViewHeader {
   plan: { content: string; status: string }[];
   pendingPermissions: number;
   error: string | null;
+  /** The sandbox level, with its warning when weaker than bubblewrap; null while unknown. */
+  isolation: { level: string; weaker: boolean; message: string } | null;
 }
 
 export type ToView = { type: 'state'; reset: boolean; header: ViewHeader; order: string[]; items: ViewItem[] };

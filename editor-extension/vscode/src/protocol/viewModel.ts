@@ -54,6 +54,8 @@ export function permissionView(p: PermissionState, root: string | null): ViewPer
     requestId: p.requestId,
     title: p.title,
     reasons: p.reasons,
+    details: p.details.filter((t) => !t.startsWith('Warning:')),
+    warning: p.details.find((t) => t.startsWith('Warning:')) ?? null,
     diffs: p.diffs.map((d) => diffModel(d, root)),
     // an edit's question reads "Accept / Reject" its diff
     options: p.options.map((o) => ({ optionId: o.optionId, kind: o.kind,
@@ -115,6 +117,8 @@ export function header(state: ChatState): ViewHeader {
     plan: (s?.plan ?? []).map((e) => ({ content: e.content, status: e.status ?? 'pending' })),
     pendingPermissions: pendingPermissions(s).length,
     error: s?.error ?? (state.server.status === 'failed' ? state.server.message ?? 'composer-lsp failed to start' : null),
+    isolation: state.isolation
+      ? { level: state.isolation.level, weaker: state.isolation.weaker, message: state.isolation.message } : null,
   };
 }
 
@@ -158,14 +162,26 @@ export class ViewSync {
 }
 
 export interface StatusView {
-  kind: 'idle' | 'working' | 'waiting' | 'error' | 'starting' | 'stopped';
+  kind: 'idle' | 'working' | 'waiting' | 'error' | 'starting' | 'stopped' | 'unsandboxed';
   /** Status bar text, with codicons. */
   text: string;
   tooltip: string;
 }
 
-/** The status bar's summary of the whole client: idle, working, waiting for an answer, or error. */
+/** The status bar's summary of the whole client: idle, working, waiting for an answer, or error;
+ * every tooltip names the sandbox level, and an idle client on a weaker one says so in its text. */
 export function statusOf(state: ChatState): StatusView {
+  const status = activity(state);
+  const iso = state.isolation;
+  if (!iso || state.server.status !== 'running') return status;
+  const tooltip = `${status.tooltip}\n${iso.weaker ? 'Warning: ' : ''}${iso.message}`;
+  if (iso.weaker && status.kind === 'idle') {
+    return { kind: 'unsandboxed', text: `$(warning) Composer: sandbox ${iso.level}`, tooltip };
+  }
+  return { ...status, tooltip };
+}
+
+function activity(state: ChatState): StatusView {
   const sessions = Object.values(state.sessions);
   const server = state.server;
   if (server.status === 'failed') {

@@ -68,6 +68,7 @@ export function mount(root: HTMLElement, post: (m: FromView) => void, draft = ''
     undo,
     el('button', { class: 'icon', title: 'New chat', 'data-testid': 'new-chat', onclick: () => post({ type: 'newChat' }) }, '+'));
   const banner = el('div', { class: 'banner', hidden: true, 'data-testid': 'banner' });
+  const sandbox = el('div', { class: 'sandbox', hidden: true, 'data-testid': 'isolation' });
   const plan = el('ol', { class: 'plan', hidden: true, 'data-testid': 'plan' });
   const transcript = el('div', { class: 'transcript', 'data-testid': 'transcript', role: 'log', 'aria-live': 'polite' });
   const empty = el('div', { class: 'empty' }, el('h3', { text: 'What should Composer do?' }),
@@ -78,7 +79,7 @@ export function mount(root: HTMLElement, post: (m: FromView) => void, draft = ''
   const usage = el('span', { class: 'usage', 'data-testid': 'usage' });
   const send = el('button', { class: 'primary', 'data-testid': 'send', onclick: () => submit() }, 'Send') as HTMLButtonElement;
   const cancel = el('button', { 'data-testid': 'cancel', hidden: true, onclick: () => post({ type: 'cancel' }) }, 'Cancel') as HTMLButtonElement;
-  root.replaceChildren(toolbar, banner, plan, transcript, el('div', { class: 'footer' }, prompt, el('div', { class: 'actions' }, usage, cancel, send)));
+  root.replaceChildren(toolbar, banner, sandbox, plan, transcript, el('div', { class: 'footer' }, prompt, el('div', { class: 'actions' }, usage, cancel, send)));
 
   let head: ViewHeader | null = null;
   const nodes = new Map<string, { rev: number; node: HTMLElement }>();
@@ -114,6 +115,11 @@ export function mount(root: HTMLElement, post: (m: FromView) => void, draft = ''
     banner.hidden = !problem;
     banner.textContent = problem ?? '';
     banner.dataset.state = h.server.status;
+    // the sandbox level: a standing warning when weaker than bubblewrap, else just a tooltip
+    sandbox.hidden = !h.isolation?.weaker;
+    sandbox.textContent = h.isolation?.weaker ? `Sandbox: ${h.isolation.level}. ${h.isolation.message}` : '';
+    sandbox.dataset.level = h.isolation?.level ?? '';
+    title.title += h.isolation ? ` \u00B7 sandbox: ${h.isolation.level}` : '';
     plan.hidden = !h.plan.length;
     plan.replaceChildren(...h.plan.map((e) => el('li', { 'data-status': e.status }, e.content)));
   }
@@ -201,6 +207,8 @@ function paintPermission(itemId: string, p: ViewPermission, post: (m: FromView) 
     'aria-label': 'Permission needed', 'data-testid': 'permission' },
   el('div', { class: 'permission-head' }, el('strong', { text: p.state === 'pending' ? 'Permission needed: ' : 'Asked: ' }), p.title));
   if (p.reasons.length) card.append(el('ul', { class: 'reasons' }, ...p.reasons.map((r) => el('li', { text: r }))));
+  for (const d of p.details) card.append(el('pre', { class: 'command', 'data-testid': 'permission-command', text: d }));
+  if (p.warning) card.append(el('div', { class: 'warning', role: 'note', 'data-testid': 'permission-warning', text: p.warning }));
   p.diffs.forEach((d, index) => card.append(paintDiff(d, () => post({ type: 'openDiff', itemId, index, source: 'permission' }), p.state === 'pending')));
   const actions = el('div', { class: 'permission-actions' });
   if (p.state === 'pending') {

@@ -82,3 +82,23 @@ export function permissionParams(sessionId: string, toolCallId = 'call_0') {
     _meta: { composer: { asked: [{ kind: 'path', text: 'hello.py' }] } },
   };
 }
+
+/** composer/isolation on a machine without bubblewrap (agent/isolation.py's to_dict). */
+export const WEAK = {
+  level: 'none', weaker: true, restricted: true, letsThrough: 'everything you can do yourself', optIn: null,
+  message: 'sandbox isolation: none, weaker than bubblewrap; it lets through everything you can do yourself.',
+};
+
+/** The question about a terminal command where the sandbox is weaker: the command shown whole,
+ * the warning, and no "allow always" (server/hub.py). */
+export function terminalPermissionParams(sessionId: string, command = 'make all', toolCallId = 'call_1') {
+  return {
+    sessionId,
+    toolCall: { toolCallId, title: `run_terminal ${command}`, kind: 'execute' as const, status: 'pending' as const,
+      rawInput: { command }, content: [
+        { type: 'content' as const, content: { type: 'text', text: `$ ${command}` } },
+        { type: 'content' as const, content: { type: 'text', text: "Warning: This command would run with sandbox isolation 'none', weaker than bubblewrap." } },
+      ] },
+    options: OPTIONS.filter((o) => o.kind !== 'allow_always'),
+  };
+}
