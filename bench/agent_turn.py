@@ -1,5 +1,5 @@
 """The benchmark of record for the engine's speed: a real agent turn (bench/agent_workload.py: the
-harness's system prompt and tools, 6 steps each adding a `read_file` call and its 40-line
+harness's system prompt and tools, 6 steps each adding a `read_file` call and its 26-line
 result, 64 new tokens a step, greedy, streamed with `tools`), in one run on three backends:
 
   engine   the in-process engine as sessions use it (agent.policy.EnginePolicy: the tool-call
@@ -114,7 +114,7 @@ class HTTPBackend:
         self.name, self.base = name, f"http://127.0.0.1:{port}"
         self._log = open(log, "w")  # noqa: SIM115
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
-                                        start_new_session=True, env={**os.environ, **env})
+                                        start_new_session=True, env={**os.environ, **env}, cwd=ROOT)
         self.session: aiohttp.ClientSession | None = None
         self.startup_s = 0.0
 
@@ -191,7 +191,7 @@ def vllm_backend(python: str, port: int, log_dir: Path) -> HTTPBackend:
 
     command = [
         python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(ensure_default_model()),
-        "--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16", "--max-model-len", "10240",
+        "--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16", "--max-model-len", "8192",
         "--served-model-name", MODEL_NAME, "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
         "--enable-prompt-tokens-details", "--seed", "0",
     ]

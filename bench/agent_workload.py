@@ -1,7 +1,7 @@
 """The agent turn that bench/agent_turn.py replays: the harness's own system prompt and tool
 schemas, built the way `agent.session.Session.create` builds them for a workspace (this
 repository), a user task, then steps that each add one assistant `read_file` call and the real
-`read_file` tool's 40-line result.
+`read_file` tool's READ_LINES-line result.
 
 The assistant messages are scripted, not the model's own, so every backend sees exactly the same
 prompts (the same token counts, the same prefixes) whatever it generates.
@@ -27,7 +27,10 @@ from agent.tools.codebase import CodebaseSearch
 from agent.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
-READ_LINES = 40
+READ_LINES = 26
+"""Lines per read: the harness's system prompt for this repository is ~4.8k tokens, and six steps of
+40-line reads would overflow composer-mini's 8,192-token context."""
+OFFSETS = tuple(1 + READ_LINES * j for j in range(3))
 FILES = [
     "model/engine.py", "model/transformer.py", "model/layers.py", "model/moe.py", "model/quant.py",
     "model/sampling.py", "model/sequence.py", "model/serve.py", "model/tokenizer.py",
@@ -35,7 +38,7 @@ FILES = [
     "agent/policy.py", "agent/session.py", "agent/prompt.py", "agent/workspace.py",
     "agent/tools/files.py", "agent/tools/search.py", "agent/tools/terminal.py",
 ]
-"""Files the scripted steps read (40 lines each, from a per-step offset), in turn order."""
+"""Files the scripted steps read (READ_LINES each, from a per-step offset), in turn order."""
 TASKS = [
     "The engine feels slow on long agent sessions. Find where requests are prefilled and decoded, "
     "and explain what each step costs.",
@@ -51,7 +54,7 @@ class AgentWorkload:
     system: str
     tools: list[dict[str, Any]]
     reads: dict[tuple[str, int], str]
-    """(path, offset) -> the read_file tool's output for those 40 lines."""
+    """(path, offset) -> the read_file tool's output for those READ_LINES lines."""
 
     @classmethod
     def build(cls, root: Path = ROOT) -> AgentWorkload:
@@ -63,7 +66,7 @@ class AgentWorkload:
         ctx = ToolContext(workspace)
         reads = {}
         for path in FILES:
-            for offset in (1, 41, 81):
+            for offset in OFFSETS:
                 args = {"path": path, "offset": offset, "limit": READ_LINES}
                 result = asyncio.run(registry.call("read_file", args, ctx))
                 reads[(path, offset)] = result.for_model()
@@ -72,7 +75,7 @@ class AgentWorkload:
     def _read(self, turn: int, step: int) -> tuple[str, int]:
         """Turn `turn` reads its own sequence of files: turns of one group diverge at step 1."""
         i = turn * 3 + step
-        return FILES[i % len(FILES)], 1 + 40 * ((i // len(FILES)) % 3)
+        return FILES[i % len(FILES)], OFFSETS[(i // len(FILES)) % len(OFFSETS)]
 
     def messages(self, turn: int, step: int, task: int = 0) -> list[dict[str, Any]]:
         """The conversation sent at `step` (0-based) of turn `turn`: step 0 is system + user."""
