@@ -320,6 +320,15 @@ async def run_backend(name: str, args, work: AgentWorkload) -> dict[str, Any]:
         await backend.close()
 
 
+def _meta(results: dict[str, Any], args) -> str:
+    names = [n for n in ("engine", "serve", "vllm") if n in results]
+    loads = ", ".join(f"{n} {results[n]['load_start']} -> {results[n]['load_end']}" for n in names)
+    policy = f"; OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}" if "OMP_WAIT_POLICY" in os.environ else ""
+    return (f"{results['machine']}{policy}; load average (1 min) per backend, start -> end: {loads}; "
+            f"{time.strftime('%Y-%m-%d')}. Medians of {args.reps} single turns; the group is "
+            f"{args.group} turns at once. A shared machine: compare ratios within this run.")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backends", default="engine,serve,vllm")
@@ -334,12 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.backends.split(","):
         print(f"{name}: running (load {load_average()})", flush=True)
         results[name] = asyncio.run(run_backend(name, args, work))
-    names = [n for n in ("engine", "serve", "vllm") if n in results]
-    loads = ", ".join(f"{n} {results[n]['load_start']} -> {results[n]['load_end']}" for n in names)
-    meta = (f"{results['machine']}; load average (1 min) per backend, start -> end: {loads}; "
-            f"{time.strftime('%Y-%m-%d')}. Medians of {args.reps} single turns; the group is "
-            f"{args.group} turns at once. A shared machine: compare ratios within this run.")
-    publish("agent_turn", "Agent turn", results, tables(results), meta, write=not args.no_write)
+        # After each backend, so a run cut short keeps what it measured.
+        publish("agent_turn", "Agent turn", results, tables(results), _meta(results, args), write=not args.no_write)
     return 0
 
 
