@@ -19,7 +19,7 @@ Layout (git-like, content-addressed, nothing shared with the user's .git):
 Cost: a file's contents are read only when its (size, mtime_ns, ctime_ns, inode) differ from the
 previous checkpoint's record (looked up by path, then by inode, so `mv dir` is free too), or when
 its mtime is within `racy_ns` of that scan (git's "racily clean" rule). An unchanged tree costs one
-lstat per entry and no reads. Measured with `python -m agent.checkpoints DIR...` on a copy of
+lstat per entry and no reads. Measured with `python bench/checkpoints.py DIR...` on a copy of
 20,739 files / 391 MB of the venv's site-packages (torch/include and the pure-Python packages),
 on this 2-core machine while a benchmark shared it (two runs):
   first checkpoint 8.2-10.4 s (stores 90 MB), second (unchanged) 0.22-0.52 s, `rm -rf` of a
@@ -194,8 +194,9 @@ class CheckpointStore:
     # ---- public API -------------------------------------------------------------------------
 
     def create(self, label: str = "") -> Checkpoint:
-        """Records the workspace as it is now and returns the new checkpoint."""
-        with self._lock:
+        """Records the workspace as it is now and returns the new checkpoint (published in refs/
+        once all its objects are whole: a full disk raises CheckpointError, losing nothing)."""
+        with self._lock, self._writing("record a checkpoint", "the checkpoints before it are intact"):
             started = time.perf_counter()
             scanned_ns = time.time_ns()
             scan, root = self._scan(store=True)
@@ -253,7 +254,9 @@ class CheckpointStore:
             for _, old, new in changes:
                 if new is not None and new.kind == "f" and new.ref and not _same_content(old, new):
                     self._read_object(new.ref)  # raises CheckpointCorrupt before anything changes
-            skipped = self._apply(changes)
+            kept = f"checkpoint {saved.id} holds it as it was before" if saved else "no backup was taken"
+            with self._writing(f"restore {checkpoint_id}", f"the workspace is partly restored; {kept}"):
+                skipped = self._apply(changes)
             return RestoreResult(target, _changes(changes), saved, tuple(skipped))
 
     def delete(self, checkpoint_id: str) -> None:
@@ -296,6 +299,14 @@ class CheckpointStore:
 
     async def adiff(self, a: str, b: str | None = None) -> Changes:
         return await asyncio.to_thread(self.diff, a, b)
+
+    @contextlib.contextmanager
+    def _writing(self, what: str, kept: str) -> Iterator[None]:
+        """A failed write (ENOSPC, EDQUOT, EIO) as a CheckpointError that says what was kept."""
+        try:
+            yield
+        except OSError as err:
+            raise CheckpointError(f"could not {what} in {self.store_dir}: {err}; {kept}") from err
 
     # ---- scanning -----------------------------------------------------------------------------
 
@@ -508,12 +519,17 @@ class CheckpointStore:
 
     @staticmethod
     def _write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
+        """A whole file at `path` or none: a failed write leaves no temporary behind."""
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-        with open(tmp, "xb") as f:
-            f.write(data)
-            if mode is not None:
-                os.fchmod(f.fileno(), mode)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "xb") as f:
+                f.write(data)
+                if mode is not None:
+                    os.fchmod(f.fileno(), mode)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     # ---- unified diff -------------------------------------------------------------------------
 
@@ -564,30 +580,3 @@ def _changes(items: Iterator | list) -> Changes:
         (added if old is None else deleted if new is None else modified).append(shown)
     return Changes(tuple(added), tuple(modified), tuple(deleted))
 
-
-def _bench(sources: list[str]) -> None:
-    """python -m agent.checkpoints DIR...: copies the DIRs into a temp workspace and times a first
-    checkpoint, an unchanged one, `rm -rf` of the biggest subdirectory + restore, and a diff."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        ws = Path(tmp)
-        for src in sources:
-            shutil.copytree(src, ws / Path(src).name, symlinks=True)  # copy2 keeps mtimes
-        store = CheckpointStore(ws)
-        first, second = store.create("first"), store.create("unchanged")
-        victim = max((p for p in ws.glob("[!.]*/*") if p.is_dir()), key=lambda p: len(list(p.rglob("*"))))
-        shutil.rmtree(victim)
-        t0 = time.perf_counter()
-        restored = store.restore(first.id)
-        t1 = time.perf_counter()
-        assert not store.diff(first.id)
-        print(f"{first.files} files, {first.bytes / 1e6:.0f} MB: first checkpoint {first.seconds:.2f} s "
-              f"(stores {first.new_bytes / 1e6:.0f} MB), unchanged {second.seconds:.2f} s, rm -rf "
-              f"{len(restored.changes.added)} paths + restore {t1 - t0:.2f} s, diff {time.perf_counter() - t1:.2f} s")
-
-
-if __name__ == "__main__":
-    import sys
-
-    _bench(sys.argv[1:])

@@ -5,7 +5,9 @@
 Without --endpoint the in-process engine runs composer-mini (int4 weights; built on first use).
 --json prints every session/update payload as one JSON line, then a summary object. Permission
 prompts cannot be answered headless: what the policy would ask about is refused, unless --yes
-allows it. The session log is written either way; the summary says where.
+allows it. The session log is written either way; the summary says where. A turn that fails
+(the model endpoint dies mid-answer, the disk fills) prints `the turn failed: ...` on stderr, a
+summary with stopReason "error" under --json, and exits 1.
 
 The sandbox's isolation level is reported on stderr at start (and in the summary). Where it is
 weaker than bubblewrap, every run_terminal command is refused, --yes or not, unless
@@ -80,8 +82,10 @@ async def _run(args: argparse.Namespace, status: IsolationStatus) -> int:
     session = await Session.create(config, events=printer)
     try:
         result = await session.prompt(args.request)
+    except Exception as err:  # the endpoint died mid-answer, the disk filled: one clear line, no traceback
+        return _failed(args, session, status, err)
     finally:
-        session.close()
+        await session.aclose()
     summary = {
         "type": "summary", "stopReason": result.stop_reason, "steps": result.steps,
         "toolCalls": result.tool_calls, "sessionId": session.id, "log": str(session.log_path), "text": result.text,
@@ -93,6 +97,17 @@ async def _run(args: argparse.Namespace, status: IsolationStatus) -> int:
         print(f"\n[{result.stop_reason}: {result.steps} steps, {result.tool_calls} tool calls; log {session.log_path}]",
               file=sys.stderr)
     return 0 if result.stop_reason in ("end_turn", "max_turn_requests", "max_tokens") else 1
+
+
+def _failed(args: argparse.Namespace, session: Session, status: IsolationStatus, err: Exception) -> int:
+    """A turn that failed (the loop logged it as an `error` record): its message on stderr and,
+    with --json, a summary whose stopReason is "error". Exit status 1."""
+    message = f"the turn failed: {type(err).__name__}: {err}"
+    if args.json:
+        print(json.dumps({"type": "summary", "stopReason": "error", "error": message, "sessionId": session.id,
+                          "log": str(session.log_path), "isolation": status.to_dict()}, ensure_ascii=False), flush=True)
+    print(f"\ncomposer-agent: {message}; log {session.log_path}", file=sys.stderr, flush=True)
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:

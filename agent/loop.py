@@ -6,10 +6,17 @@ Every step is reported as ACP `session/update` payloads (agent/events.py) and wr
 session log (agent/session_log.py); a checkpoint precedes every batch that may write, so the
 workspace can be restored to any step, shell changes included.
 
+Prompts are token-native when the policy has a tokenizer (agent/trajectory.py): the next prompt
+extends the last one by the completion's ids as sampled and the new messages' ids, so the log
+holds exactly what the model saw; a text-only policy gets the conversation as messages.
+
     agent = Agent(policy, registry, ctx, system=system_prompt(root), events=sink, log=log)
     result = await agent.run_turn("fix the failing test")      # cancel the task to stop it
 
-Stop reasons are ACP's: end_turn, max_turn_requests, max_tokens, cancelled, refusal.
+Stop reasons are ACP's: end_turn, max_turn_requests, max_tokens, cancelled, refusal. A turn that
+fails (the model endpoint dies, the disk fills) logs an `error` record and raises; either way the
+conversation stays whole (every call of the last reply has a result) for the next turn. Broken
+calls cost one bounded note a step, and at most `max_calls_per_step` calls of a reply run.
 """
 
 from __future__ import annotations
@@ -24,10 +31,16 @@ from typing import Any
 
 from agent import events as ev
 from agent.policy import Policy, Reply
+from agent.redact import redact_obj
 from agent.tools.base import ToolContext, ToolRegistry, ToolResult, truncate
+from agent.trajectory import Prompt, TokenStream, common_prefix
 from model.toolcalls import ToolCall
 
 SHORTENED_NOTE = "\n[older tool output shortened to save context; call the tool again if you need it]"
+MAX_ERRORS_SHOWN = 5
+"""Malformed tool calls of one reply described to the model; the rest are counted."""
+MAX_ERROR_CHARS = 300
+"""Each description is cut to this (it may quote what the model sent)."""
 
 
 @dataclass(kw_only=True)
@@ -37,12 +50,18 @@ class LoopConfig:
     max_tokens_per_step: int = 1024
     """Most tokens one model call may generate."""
     temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    """Seeds the first model call's sampler (the next ones take seed + 1, ...); None: each call
+    draws its own, and the log records it."""
     tool_result_chars: int = 40_000
     """A safety net above the tools' own caps (which keep what matters, e.g. a log's tail)."""
     max_diff_chars: int = 200_000
     """The turn's final diff is cut to this in the session log."""
     shortened_chars: int = 400
     """What is kept of an old tool result when the context fills up."""
+    max_calls_per_step: int = 64
+    """Tool calls run from one model reply; more are dropped, and the model is told."""
 
 
 @dataclass
@@ -88,6 +107,44 @@ class _WriteLocks:
                 self._changed.notify_all()
 
 
+def _harness_note(errors: list, dropped: int, max_calls: int) -> str:
+    """What the model is told about calls of its reply that did not run: malformed ones (the
+    first few, each cut short: a flood of them costs one bounded message) and the `dropped`
+    ones past the per-reply limit. "" when every call ran."""
+    notes = []
+    if errors:
+        shown = "; ".join(e.message[:MAX_ERROR_CHARS] for e in errors[:MAX_ERRORS_SHOWN])
+        more = f" (and {len(errors) - MAX_ERRORS_SHOWN} more)" if len(errors) > MAX_ERRORS_SHOWN else ""
+        notes.append(f"{len(errors)} tool call(s) could not be read: {shown}{more}. Nothing was run for "
+                     "them; send them again as valid JSON.")
+    if dropped:
+        notes.append(f"{dropped} tool call(s) past the first {max_calls} of one message were not "
+                     f"run; send at most {max_calls} at a time.")
+    return "[harness] " + " ".join(notes) if notes else ""
+
+
+def answer_unanswered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A turn cut off (a crash, a cancel, a failure) can leave calls with no result; chat formats
+    need a result per call (strict servers refuse the conversation otherwise), so those get one
+    saying what happened."""
+    out: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
+    for message in messages:
+        if message["role"] != "tool" and pending:
+            out.extend({"role": "tool", "tool_call_id": c.get("id", ""), "name": c["function"]["name"],
+                        "content": "Error: the turn ended before this call ran"} for c in pending)
+            pending = []
+        out.append(message)
+        if message["role"] == "assistant":
+            pending = list(message.get("tool_calls") or [])
+        elif message["role"] == "tool":
+            pending = [c for c in pending if c.get("id") != message["tool_call_id"]]
+    if pending:
+        out.extend({"role": "tool", "tool_call_id": c.get("id", ""), "name": c["function"]["name"],
+                    "content": "Error: the turn ended before this call ran"} for c in pending)
+    return out
+
+
 def tool_title(name: str, arguments: Any) -> str:
     """What an editor shows for a call: the tool and its main argument."""
     args = arguments if isinstance(arguments, dict) else {}
@@ -121,6 +178,13 @@ class Agent:
         self._emitting: asyncio.Future | None = None
         self._model_calls = 0
         self._call_ids: set[str] = set()
+        self._made_by: dict[str, str] = {}
+        """Tool call id -> the model call that made it."""
+        self.stream = TokenStream(getattr(policy, "tokenizer", None))
+        self._synced = 0
+        """How many of `messages` the token stream holds (the last model turn included)."""
+        self._seen = 0
+        """How many of `messages` the model has seen (redacted for the log's sake after that)."""
 
     @property
     def turn_checkpoint(self) -> str | None:
@@ -128,12 +192,18 @@ class Agent:
         whole turn), or None when that turn changed nothing."""
         return self._turn_base
 
-    def resume(self, messages: list[dict[str, Any]], used_call_ids: set[str], turn_checkpoint: str | None) -> None:
-        """Continues a logged session: its conversation, the call ids it used, and the checkpoint
-        that undoes its last turn."""
+    def resume(self, messages: list[dict[str, Any]], used_call_ids: set[str], turn_checkpoint: str | None,
+               tokens: Any = None) -> None:
+        """Continues a logged session: its conversation, the call ids it used, the checkpoint that
+        undoes its last turn, and its token state (agent/replay.py `token_state`)."""
         self.messages = messages
         self._call_ids |= used_call_ids
         self._turn_base = turn_checkpoint
+        last_turn = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
+        self._synced = self._seen = last_turn + 1
+        if tokens is not None:
+            self._model_calls = tokens.calls
+            self.stream.restore(tokens.call_id, tokens.ids, tokens.routing_known, tokens.tools, tokens.pending)
 
     # ---- the turn --------------------------------------------------------------------------------
 
@@ -150,7 +220,13 @@ class Agent:
             result.stop_reason = "cancelled"
             self._log("cancelled", by="client", step=result.steps)
             return result
+        except Exception as err:  # the endpoint died, the disk filled: the turn ends with the error
+            with contextlib.suppress(Exception):  # the log itself may be what failed
+                self._log("error", message=f"{type(err).__name__}: {err}", kind=type(err).__name__,
+                          where=f"step {result.steps}", fatal=True)
+            raise
         finally:
+            self.messages[:] = answer_unanswered(self.messages)
             await self.flush_events()
             await self._log_final_diff()
 
@@ -165,51 +241,128 @@ class Agent:
     async def _steps(self, result: TurnResult) -> TurnResult:
         for step in range(self.config.max_steps):
             result.steps = step + 1
-            reply = await self._model_step()
+            reply, note = await self._model_step()
             result.replies.append(reply)
             result.text = reply.content
             if reply.finish_reason == "length" and not reply.tool_calls:
+                self._correct(note)
                 result.stop_reason = "max_tokens"
                 return result
             if not reply.tool_calls and not reply.tool_call_errors:
                 return result
             result.tool_calls += len(reply.tool_calls)
             await self._run_calls(reply)
+            self._correct(note)
         result.stop_reason = "max_turn_requests"
         return result
 
-    async def _model_step(self) -> Reply:
+    def _correct(self, note: str) -> None:
+        """Calls of the reply that did not run (malformed, past the per-reply limit): the harness
+        tells the model, after the calls' results as chat formats need, so it can retry; the
+        model_call record holds the same message."""
+        if note:
+            self.messages.append({"role": "user", "content": note})
+
+    async def _model_step(self) -> tuple[Reply, str]:
+        """One model call, its message added; with the harness's note on the calls that did not
+        run ("" when all did)."""
         tools = self.tools.openai_tools()
-        self._fit_context(tools)
+        prompt = self._prompt(tools)
 
         def on_text(chunk: str) -> None:
             if chunk:
                 self._emit(ev.agent_message_chunk(chunk))
 
+        options: dict[str, Any] = {}  # only what a policy must know: text-only test doubles take none
+        if self.config.top_p != 1.0:
+            options["top_p"] = self.config.top_p
+        if self.config.seed is not None:
+            options["seed"] = self.config.seed + self._model_calls
+        if prompt is not None:
+            options["prompt_ids"] = prompt.ids
         reply = await self.policy.complete(
             self.messages, tools, max_tokens=self.config.max_tokens_per_step,
-            temperature=self.config.temperature, on_text=on_text,
+            temperature=self.config.temperature, on_text=on_text, **options,
         )
+        dropped = len(reply.tool_calls[self.config.max_calls_per_step:])
+        del reply.tool_calls[self.config.max_calls_per_step:]
+        note = _harness_note(reply.tool_call_errors, dropped, self.config.max_calls_per_step)
+        if reply.text_only:
+            prompt = None
         self._unique_ids(reply.tool_calls)
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if reply.tool_calls:
             message["tool_calls"] = [c.to_openai() for c in reply.tool_calls]
         self.messages.append(message)
         self._model_calls += 1
-        tokens = reply.completion_tokens
-        self._log(
-            "model_call", call_id=f"m{self._model_calls}", model=self.policy.model_id, text=reply.content,
-            finish_reason=reply.finish_reason, tool_calls=message.get("tool_calls", []),
-            prompt_token_ids=reply.prompt_token_ids or [], completion_token_ids=reply.completion_token_ids or [],
-            logprobs=reply.logprobs, routed_experts=reply.routed_experts,
-            usage={"prompt_tokens": reply.prompt_tokens, "completion_tokens": tokens,
-                   "total_tokens": reply.prompt_tokens + tokens},
-            timing={"total_s": round(reply.seconds, 4), "tokens_per_s": round(tokens / max(reply.seconds, 1e-9), 2)},
-        )
+        call_id = f"m{self._model_calls}"
+        self._made_by.update((c.id, call_id) for c in reply.tool_calls)
+        record = self._log_call(call_id, reply, prompt, message, note)
+        self.stream.commit(call_id, prompt, record)
+        self._synced = len(self.messages)
         self._emit(ev.usage_update(used=reply.prompt_tokens + reply.completion_tokens, size=self.policy.context_window))
-        for error in reply.tool_call_errors:  # malformed calls: tell the model, so it can retry
-            self.messages.append({"role": "user", "content": f"[harness] {error.message}. Nothing was run for it; send the call again as valid JSON."})
-        return reply
+        self._redact_seen()
+        return reply, note
+
+    def _prompt(self, tools: list[dict]) -> Prompt | None:
+        """The next prompt's ids for a token-native policy (None for a text-only one), with the
+        oldest tool results shortened first when the context fills up (a prefix break)."""
+        if not getattr(self.policy, "token_native", False):
+            self._fit_context(tools)
+            return None
+        prompt = self.stream.next_prompt(self.messages, self._synced, tools)
+        if len(prompt.ids) + self.config.max_tokens_per_step > self.policy.context_window and self._fit_context(tools):
+            prompt = self.stream.rebuild(self.messages, tools, "context_shortened")
+        return prompt
+
+    def _log_call(self, call_id: str, reply: Reply, prompt: Prompt | None, message: dict, note: str) -> dict:
+        """Writes the model_call record; returns it as written (redacted: what the next prompt
+        extends)."""
+        tokens = reply.completion_tokens
+        if prompt is None:  # text-only: the server's ids, shared with the last call's where they agree
+            ids = reply.prompt_token_ids or []
+            shared = common_prefix(self.stream.ids, ids) if self.stream.call_id and ids else 0
+            parent = self.stream.call_id if shared else None
+            prompt_fields = {"parent": parent, "prefix_len": shared, "prompt_token_ids": ids[shared:], "text_only": True,
+                             "prefix_break": {"reason": "text_only"} if parent else None}
+            routing_start = min(self.stream.routing_known, shared)
+        else:
+            prompt_fields = {"parent": prompt.parent, "prefix_len": prompt.prefix_len, "prompt_token_ids": prompt.delta,
+                             "prefix_break": {"reason": prompt.prefix_break} if prompt.prefix_break else None}
+            routing_start = prompt.routing_start
+        routing = reply.routed_experts[routing_start:] if reply.routed_experts is not None else None
+        completion = reply.completion_token_ids or []
+        logprobs = reply.logprobs if reply.logprobs is not None and len(reply.logprobs) == len(completion) else None
+        forced = reply.forced if reply.forced is not None and len(reply.forced) == len(completion) else None
+        sampler = {"temperature": self.config.temperature, "top_p": self.config.top_p, "seed": None} | (reply.sampler or {})
+        fields: dict[str, Any] = {
+            "call_id": call_id, "model": self.policy.model_id, "text": reply.content,
+            "finish_reason": reply.finish_reason, "tool_calls": message.get("tool_calls", []), **prompt_fields,
+            "completion_token_ids": completion, "logprobs": logprobs,
+            "forced": [int(f) for f in forced] if forced is not None else None,
+            "routed_experts": routing, "routed_experts_start": routing_start,
+            "weight_version": reply.weight_version, "sampler": sampler,
+            "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": tokens,
+                      "total_tokens": reply.prompt_tokens + tokens},
+            "timing": {"total_s": round(reply.seconds, 4), "tokens_per_s": round(tokens / max(reply.seconds, 1e-9), 2)},
+        }
+        if reply.tool_call_errors:
+            fields["malformed_tool_calls"] = [{"index": e.index, "message": e.message, "raw": e.raw}
+                                              for e in reply.tool_call_errors]
+        if note:
+            fields["harness_message"] = note
+        return self._log("model_call", **fields) or fields
+
+    def _redact_seen(self) -> None:
+        """Messages the model has now seen are kept as the log holds them, so a prompt rendered
+        from text later (a rebuild, a text-only backend) agrees with the logged ids."""
+        if self.log is not None and getattr(self.log, "redact", False):
+            for message in self.messages[self._seen:]:
+                if isinstance(message.get("content"), str):
+                    message["content"] = self.log.redact_text(message["content"])
+                if message.get("tool_calls"):
+                    message["tool_calls"] = redact_obj(message["tool_calls"], ("id", "type"), known=self.log.known)
+        self._seen = len(self.messages)
 
     def _unique_ids(self, calls: list[ToolCall]) -> None:
         """Tool call ids unique in the session, as ACP wants: models and servers often number
@@ -281,7 +434,8 @@ class Agent:
         if "plan" in result.data:
             self._emit(ev.plan(result.data["plan"]))
         self._log(
-            "tool_call", call_id=call.id, name=call.name, arguments=call.arguments, group=group,
+            "tool_call", call_id=call.id, model_call_id=self._made_by.get(call.id, ""), name=call.name,
+            arguments=call.arguments, group=group,
             result=result.output, error=result.error, duration_s=result.data.get("duration_s", 0.0),
             status="completed" if result.ok else ("denied" if not allowed else "failed"),
             data={k: v for k, v in result.data.items() if k not in ("old_text", "new_text")},
@@ -356,15 +510,24 @@ class Agent:
             content.append(ev.diff_content(absolute, result.data.get("old_text"), result.data["new_text"]))
         return content
 
-    def _fit_context(self, tools: list[dict]) -> None:
-        """Shortens the oldest tool results until the prompt leaves room for the answer."""
+    def _fit_context(self, tools: list[dict]) -> bool:
+        """Shortens the oldest tool results until the prompt leaves room for the answer; returns
+        whether it shortened any. The prompt is counted once, then lowered by what each
+        shortening saves: linear in the conversation, however long (counting it whole per
+        message was quadratic)."""
         budget = self.policy.context_window - self.config.max_tokens_per_step
+        used = self.policy.count_tokens(self.messages, tools)
+        shortened = False
         for message in self.messages:
-            if self.policy.count_tokens(self.messages, tools) <= budget:
-                return
+            if used <= budget:
+                break
             content = message.get("content") or ""
             if message["role"] == "tool" and len(content) > self.config.shortened_chars and not content.endswith(SHORTENED_NOTE):
+                before = self.policy.count_tokens([message], [])
                 message["content"] = content[: self.config.shortened_chars] + SHORTENED_NOTE
+                used -= before - self.policy.count_tokens([message], [])
+                shortened = True
+        return shortened
 
     def _emit(self, update: dict) -> None:
         """Sends an update without blocking the caller, in order: each send waits for the last."""
@@ -383,6 +546,8 @@ class Agent:
         if self._emitting is not None:
             await asyncio.shield(self._emitting)
 
-    def _log(self, record_type: str, **fields: Any) -> None:
-        if self.log is not None:
-            self.log.write(record_type, **json.loads(json.dumps(fields, default=str)))
+    def _log(self, record_type: str, **fields: Any) -> dict[str, Any] | None:
+        """Writes a record; returns it as written (None without a log)."""
+        if self.log is None:
+            return None
+        return self.log.write(record_type, **json.loads(json.dumps(fields, default=str)))

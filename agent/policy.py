@@ -1,20 +1,32 @@
 """The model behind the agent, behind one `Policy` protocol with two backends:
 
 - `EnginePolicy`: the in-process engine (model/engine.py), tool calls decoded under the
-  constraint that keeps them well-formed, token ids, logprobs and routed experts for training;
+  constraint that keeps them well-formed, token ids, logprobs, the forced-token mask and routed
+  experts for training;
 - `EndpointPolicy`: any OpenAI-compatible server (model.serve, `vllm serve`), through
-  model.client.
+  model.client: token-in, token-out (`/v1/completions` with the prompt as ids) when it has the
+  model's tokenizer and the server takes ids, else the chat API (the reply says `text_only`).
 
     policy = EnginePolicy(Engine.from_pretrained(quantize="int4"))
-    reply = await policy.complete(messages, tools, on_text=print)
-    reply.content, reply.tool_calls, reply.completion_token_ids, reply.logprobs
+    reply = await policy.complete(messages, tools, on_text=print)          # renders `messages`
+    reply = await policy.complete(messages, tools, prompt_ids=ids, ...)    # exactly these ids
+    reply.content, reply.tool_calls, reply.completion_token_ids, reply.logprobs, reply.forced
+
+A policy with a `tokenizer` and `token_native` true takes `prompt_ids`: the agent loop then builds
+every prompt token-natively (agent/trajectory.py). Logprobs are in the "sampling" convention
+(model/sampling.py): an endpoint's are kept when the server says it follows it, or when the
+temperature is 0 or 1 (where every convention agrees), and are None otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from model.toolcalls import (
@@ -25,6 +37,8 @@ from model.toolcalls import (
     ToolCallFailed,
     ToolCallFinished,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -39,12 +53,25 @@ class Reply:
     completion_token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     routed_experts: list | None = None
+    """(positions, layers, k) for every fed position: the prompt's, then the completion's but
+    the last."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
     seconds: float = 0.0
+    forced: list[bool] | None = None
+    """Per completion token: the tool-call constraint forced it (None: the backend did not say)."""
+    weight_version: int | str | None = None
+    sampler: dict[str, Any] | None = None
+    """What sampled it: temperature, top_p, seed."""
+    text_only: bool = False
+    """The backend took the conversation as text, not `prompt_ids`."""
 
 
 class Policy(Protocol):
+    """What the agent loop needs of a model. A token-native policy also has `tokenizer` and
+    `token_native = True`, and its `complete` takes `prompt_ids` (the exact prompt), `top_p` and
+    `seed`; the loop passes those only to policies that need them."""
+
     model_id: str
     context_window: int
 
@@ -61,9 +88,50 @@ class Policy(Protocol):
     ) -> Reply: ...
 
 
+class _Text:
+    """The model's streamed text -> what the editor is shown (tool-call blocks removed), the
+    calls, and the blocks that could not be used."""
+
+    def __init__(self, tools: list[dict], on_text: Callable[[str], None] | None) -> None:
+        self.parser = StreamingToolCallParser(tools or None)
+        self.on_text = on_text
+        self.parts: list[str] = []
+        self.calls: list[ToolCall] = []
+        self.errors: list[ToolCallError] = []
+
+    def feed(self, text: str) -> None:
+        self._take(self.parser.feed(text))
+
+    def finish(self) -> None:
+        self._take(self.parser.finish())
+
+    def _take(self, events) -> None:
+        for event in events:
+            if isinstance(event, TextDelta):
+                self.parts.append(event.text)
+                if self.on_text is not None:
+                    self.on_text(event.text)
+            elif isinstance(event, ToolCallFinished):
+                self.calls.append(event.call)
+            elif isinstance(event, ToolCallFailed):
+                self.errors.append(event.error)
+
+    @property
+    def content(self) -> str:
+        return "".join(self.parts).strip()
+
+
+def _seed(seed: int | None) -> int:
+    """The seed a call samples with: the caller's, or a fresh one (so the log can record it)."""
+    return seed if seed is not None else secrets.randbits(63)
+
+
 class EnginePolicy:
+    token_native = True
+
     def __init__(self, engine, *, model_id: str = "composer-mini", constrained: bool = True, record_routing: bool = True) -> None:
         self.engine = engine
+        self.tokenizer = engine.tokenizer
         self.model_id = model_id
         self.context_window = engine.max_seq_len
         self.constrained = constrained
@@ -72,38 +140,26 @@ class EnginePolicy:
     def count_tokens(self, messages: Sequence[dict], tools: Sequence[dict]) -> int:
         return len(self.engine.tokenizer.encode_chat(list(messages), tools=list(tools) or None))
 
-    async def complete(self, messages, tools, *, max_tokens, temperature=0.0, on_text=None) -> Reply:
+    async def complete(self, messages, tools, *, max_tokens, temperature=0.0, top_p=1.0, seed=None,
+                       on_text=None, prompt_ids=None) -> Reply:
         loop = asyncio.get_running_loop()
         started = loop.time()
         tools = list(tools)
-        prompt = self.engine.tokenizer.encode_chat(list(messages), tools=tools or None)
+        prompt = list(prompt_ids) if prompt_ids is not None else self.tokenizer.encode_chat(list(messages), tools=tools or None)
         max_tokens = max(1, min(max_tokens, self.engine.max_seq_len - len(prompt) - 1))
         constraint = self.engine.tool_call_constraint(tools) if tools and self.constrained else None
         from model.sampling import SamplingParams  # torch: only the in-process engine needs it
 
+        seed = _seed(seed)
         params = SamplingParams(
-            max_tokens=max_tokens, temperature=temperature, constraint=constraint,
+            max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed, constraint=constraint,
             return_routing=self.record_routing,
         )
-        parser = StreamingToolCallParser(tools or None)
-        text_parts: list[str] = []
-        calls: list[ToolCall] = []
-        errors: list[ToolCallError] = []
+        text = _Text(tools, on_text)
         done: asyncio.Future = loop.create_future()
 
-        def take(events) -> None:
-            for event in events:
-                if isinstance(event, TextDelta):
-                    text_parts.append(event.text)
-                    if on_text is not None:
-                        on_text(event.text)
-                elif isinstance(event, ToolCallFinished):
-                    calls.append(event.call)
-                elif isinstance(event, ToolCallFailed):
-                    errors.append(event.error)
-
         def on_event(event) -> None:
-            loop.call_soon_threadsafe(take, parser.feed(event.text))
+            loop.call_soon_threadsafe(text.feed, event.text)
 
         def on_done(result) -> None:
             loop.call_soon_threadsafe(lambda: done.done() or done.set_result(result))
@@ -115,59 +171,145 @@ class EnginePolicy:
             cancel()
         if isinstance(result, BaseException):
             raise result
-        take(parser.finish())
+        text.finish()
         routing = result.routed_experts.tolist() if result.routed_experts is not None else None
         return Reply(
-            content="".join(text_parts).strip(), tool_calls=calls, tool_call_errors=errors,
-            finish_reason="tool_calls" if calls else result.finish_reason,
+            content=text.content, tool_calls=text.calls, tool_call_errors=text.errors,
+            finish_reason="tool_calls" if text.calls else result.finish_reason,
             prompt_token_ids=prompt, completion_token_ids=result.token_ids, logprobs=result.logprobs,
             routed_experts=routing, prompt_tokens=len(prompt), completion_tokens=len(result.token_ids),
-            seconds=loop.time() - started,
+            seconds=loop.time() - started, forced=list(getattr(result, "forced", None) or [False] * len(result.token_ids)),
+            weight_version=result.weight_version,
+            sampler={"temperature": temperature, "top_p": top_p, "seed": seed},
         )
 
 
-class EndpointPolicy:
-    """Any OpenAI-compatible chat endpoint. Token ids and routed experts are asked for with the
-    vendor fields our server and vLLM understand; servers that ignore them still work."""
+def endpoint_tokenizer(model: str | None) -> Any:
+    """The tokenizer of the model an endpoint serves, when it is on this machine: `model` is a
+    checkpoint directory, or composer-mini's name (its directory, when built); else None."""
+    from model.home import DEFAULT_MODEL, default_model_dir
+    from model.tokenizer import Tokenizer
 
-    def __init__(self, base_url: str, *, model: str | None = None, api_key: str | None = None, context_window: int = 8192) -> None:
+    if not model:
+        return None  # the server's first model, whatever it is: no guessing
+    path = default_model_dir() if model == DEFAULT_MODEL else Path(model).expanduser()
+    return Tokenizer.from_dir(path) if (path / "tokenizer.json").is_file() else None
+
+
+class EndpointPolicy:
+    """Any OpenAI-compatible endpoint. With the model's `tokenizer`, prompts go as ids to
+    `/v1/completions` (`token_in`: None tries it and falls back to the chat API for good when
+    the server refuses ids, True insists, False never tries); the chat API's replies are
+    `text_only`. Token ids and routed experts are asked for with the vendor fields our server
+    and vLLM understand; servers that ignore them still work."""
+
+    def __init__(self, base_url: str, *, model: str | None = None, api_key: str | None = None,
+                 context_window: int = 8192, tokenizer: Any = None, token_in: bool | None = None) -> None:
         from model.client import OpenAICompatibleClient
 
         self.client = OpenAICompatibleClient(base_url, api_key=api_key, model=model)
         self.model_id = model or base_url
         self.context_window = context_window
+        self.tokenizer = tokenizer
+        self.token_in = token_in if tokenizer is not None else False
+
+    @property
+    def token_native(self) -> bool:
+        return self.tokenizer is not None and self.token_in is not False
 
     async def aclose(self) -> None:
         await self.client.close()
 
     def count_tokens(self, messages: Sequence[dict], tools: Sequence[dict]) -> int:
-        import json
-
+        if self.tokenizer is not None:
+            return len(self.tokenizer.encode_chat(list(messages), tools=list(tools) or None))
         return len(json.dumps([list(messages), list(tools)])) // 3  # a conservative estimate
 
-    async def complete(self, messages, tools, *, max_tokens, temperature=0.0, on_text=None) -> Reply:
+    async def complete(self, messages, tools, *, max_tokens, temperature=0.0, top_p=1.0, seed=None,
+                       on_text=None, prompt_ids=None) -> Reply:
+        from model.client import APIError
+
+        seed = _seed(seed)
+        if prompt_ids is not None and self.token_native:
+            text = _Text(list(tools), on_text)
+            try:
+                reply = await self._complete_ids(list(prompt_ids), list(tools), text, max_tokens, temperature, top_p, seed)
+            except APIError as err:
+                if self.token_in is not None or text.parts or err.status not in (400, 404, 405, 422):
+                    raise
+                log.warning("%s takes no token ids (%s); using the chat API, text only", self.client.base_url, err)
+                self.token_in = False
+            else:
+                self.token_in = True
+                return reply
+        return await self._complete_chat(list(messages), list(tools), on_text, max_tokens, temperature, top_p, seed)
+
+    async def _complete_ids(self, prompt: list[int], tools: list[dict], text: _Text, max_tokens: int,
+                            temperature: float, top_p: float, seed: int) -> Reply:
+        from model.completions_protocol import CompletionAccumulator
+
+        started = asyncio.get_running_loop().time()
+        acc = CompletionAccumulator()
+        extra: dict[str, Any] = {"return_token_ids": True, "return_routed_experts": True}
+        if tools:
+            extra |= {"tools": tools, "tool_choice": "auto"}
+        async for delta in self.client.stream_completion(
+            prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed, logprobs=0, extra=extra,
+        ):
+            acc.add(delta)
+            text.feed(delta.text)
+        text.finish()
+        result = acc.result()
+        ids = result.token_ids
+        comparable = result.logprob_convention == "sampling" or temperature in (0.0, 1.0)
+        return Reply(
+            content=text.content, tool_calls=text.calls, tool_call_errors=text.errors,
+            finish_reason="tool_calls" if text.calls else (result.finish_reason or "stop"),
+            prompt_token_ids=prompt, completion_token_ids=ids,
+            logprobs=result.logprobs if comparable else None, routed_experts=_routing(result.routed_experts),
+            prompt_tokens=len(prompt), completion_tokens=len(ids),
+            seconds=asyncio.get_running_loop().time() - started,
+            forced=[bool(f) for f in result.forced] if result.forced is not None else None,
+            weight_version=result.weight_version, sampler={"temperature": temperature, "top_p": top_p, "seed": seed},
+        )
+
+    async def _complete_chat(self, messages: list[dict], tools: list[dict], on_text, max_tokens: int,
+                             temperature: float, top_p: float, seed: int) -> Reply:
         from model.client import ChatAccumulator
 
         loop = asyncio.get_running_loop()
         started = loop.time()
         acc = ChatAccumulator()
-        extra: dict[str, Any] = {"return_token_ids": True}
         async for delta in self.client.stream_chat(
-            list(messages), tools=list(tools) or None, max_tokens=max_tokens, temperature=temperature,
-            logprobs=True, extra=extra,
+            messages, tools=tools or None, max_tokens=max_tokens, temperature=temperature,
+            top_p=top_p if top_p != 1.0 else None, seed=seed, logprobs=True, extra={"return_token_ids": True},
         ):
             acc.add(delta)
             if delta.content and on_text is not None:
                 on_text(delta.content)
         result = acc.result()
         usage = result.usage
+        comparable = temperature in (0.0, 1.0)
         return Reply(
             content=result.content.strip(), tool_calls=list(result.tool_calls),
             tool_call_errors=list(result.tool_call_errors), finish_reason=result.finish_reason or "stop",
             prompt_token_ids=result.prompt_token_ids, completion_token_ids=result.completion_token_ids,
-            logprobs=[lp.logprob for lp in result.logprobs] if result.logprobs else None,
+            logprobs=[lp.logprob for lp in result.logprobs] if result.logprobs and comparable else None,
             routed_experts=result.routed_experts,
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
-            seconds=loop.time() - started,
+            seconds=loop.time() - started, sampler={"temperature": temperature, "top_p": top_p, "seed": seed},
+            text_only=True,
         )
+
+
+def _routing(value: Any) -> list | None:
+    """Routed experts as nested lists: ours send them so; vLLM sends a base64 `.npy` array."""
+    if value is None or isinstance(value, list):
+        return value
+    import base64
+    import io
+
+    import numpy as np
+
+    return np.load(io.BytesIO(base64.b64decode(value))).tolist()

@@ -4,6 +4,8 @@ output) may hold API keys, tokens and private keys, and logs travel to training 
     redact('OPENAI_API_KEY="sk-proj-Ab3..."')    # 'OPENAI_API_KEY="[REDACTED:openai_key]"'
     redact(env_text, path=".env.local")          # every KEY=value value, whatever the key
     redact_obj(record, skip_keys={"session_id"}) # every string inside a JSON-like value
+    find_secrets(text)                           # [(start, end, kind)] of what redact replaces
+    redact_token_ids(ids, tokenizer, known)      # the same, reaching token ids (session logs)
 
 What is caught, from most to least certain:
   * private key blocks (PEM, OpenSSH, PGP);
@@ -27,10 +29,11 @@ idempotent and a log still reads as the session it records.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import PurePath
 from typing import Any
 
@@ -88,20 +91,74 @@ def _tag(kind: str) -> str:
     return f"[REDACTED:{kind}]"
 
 
-def _sub(pattern: re.Pattern[str], text: str, kind: Callable[[re.Match[str]], str | None]) -> str:
-    """Replaces the `s` group (or the whole match) of each match by its tag; `kind` returning None
-    keeps the match."""
+class _Redaction:
+    """A text being redacted pass by pass. Each tag remembers the span of the original text it
+    replaced, so the secrets' places are known (for redacting token ids) as well as the result."""
 
-    def replace(m: re.Match[str]) -> str:
-        label = kind(m)
-        if label is None:
-            return m.group(0)
-        if "s" not in m.re.groupindex:
-            return _tag(label)
-        start, end = m.span("s")
-        return m.group(0)[: start - m.start()] + _tag(label) + m.group(0)[end - m.start():]
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tags: list[list[Any]] = []
+        """[start, end in the current text, start, end in the original, kind], in order."""
 
-    return pattern.sub(replace, text)
+    def sub(self, pattern: re.Pattern[str], kind: Callable[[re.Match[str]], str | None]) -> None:
+        """Replaces the `s` group (or the whole match) of each match by its tag; `kind` returning
+        None keeps the match."""
+        edits = []
+        for m in pattern.finditer(self.text):
+            label = kind(m)
+            if label is not None:
+                edits.append((*(m.span("s") if "s" in m.re.groupindex else m.span()), label))
+        for start, end, label in reversed(edits):
+            self._replace(start, end, label)
+
+    def _original(self, position: int, end: bool) -> int:
+        shift = 0
+        for start, stop, orig_start, orig_stop, _ in self.tags:
+            if start < position <= stop if end else start <= position < stop:
+                return orig_stop if end else orig_start
+            if stop > position:
+                break
+            shift += (orig_stop - orig_start) - (stop - start)
+        return position + shift
+
+    def _replace(self, start: int, end: int, kind: str) -> None:
+        tag = _tag(kind)
+        first, last = self._original(start, end=False), self._original(end, end=True)
+        delta = len(tag) - (end - start)
+        kept = []
+        for entry in self.tags:
+            if entry[1] <= start:
+                kept.append(entry)
+            elif entry[0] >= end:
+                kept.append([entry[0] + delta, entry[1] + delta, *entry[2:]])
+            else:  # a tag the new match overlaps: the new one covers its secret too
+                first, last = min(first, entry[2]), max(last, entry[3])
+        kept.append([start, start + len(tag), first, last, kind])
+        self.tags = sorted(kept)
+        self.text = self.text[:start] + tag + self.text[end:]
+
+
+class KnownSecrets:
+    """The secrets a session's log has redacted so far. Later text is redacted wherever one of
+    them recurs, whatever surrounds it (a `.env` value the model repeats in its answer). Only
+    secrets of MIN_CHARS or more are remembered: shorter ones would match ordinary words."""
+
+    MIN_CHARS = 8
+
+    def __init__(self) -> None:
+        self.kinds: dict[str, str] = {}
+        self._pattern: re.Pattern[str] | None = None
+
+    def add(self, secret: str, kind: str) -> None:
+        if len(secret.strip()) >= self.MIN_CHARS and secret not in self.kinds and not secret.startswith("[REDACTED"):
+            self.kinds[secret] = kind
+            self._pattern = None
+
+    @property
+    def pattern(self) -> re.Pattern[str] | None:
+        if self._pattern is None and self.kinds:
+            self._pattern = re.compile("|".join(re.escape(s) for s in sorted(self.kinds, key=len, reverse=True)))
+        return self._pattern
 
 
 def _key_kind(key: str) -> str:
@@ -142,48 +199,130 @@ def _value_kind(key: str, value: str, config_line: bool) -> str | None:
     return _key_kind(key)
 
 
-def _assignments(text: str) -> str:
-    text = _sub(_QUOTED_ASSIGNMENT, text,
-                lambda m: None if _PLACEHOLDER.match(m.group("s")) else _key_kind(m.group("key")))
-    text = _sub(_CONFIG_LINE, text, lambda m: _value_kind(m.group("key"), m.group("s"), True))
-    return _sub(_BARE_ASSIGNMENT, text, lambda m: _value_kind(
+def _assignments(work: _Redaction) -> None:
+    work.sub(_QUOTED_ASSIGNMENT, lambda m: None if _PLACEHOLDER.match(m.group("s")) else _key_kind(m.group("key")))
+    work.sub(_CONFIG_LINE, lambda m: _value_kind(m.group("key"), m.group("s"), True))
+    work.sub(_BARE_ASSIGNMENT, lambda m: _value_kind(
         m.group("key"), m.group("s"), bool(m.group("flag")) or m.group("qs") is not None))
 
 
-def redact(text: str, path: str | PurePath | None = None) -> str:
-    """`text` with every secret it recognises replaced by `[REDACTED:<kind>]`. `path` is where the
-    text came from, when known (`.env` files have all their values redacted)."""
+def _redaction(text: str, path: str | PurePath | None, known: KnownSecrets | None) -> _Redaction:
+    work = _Redaction(text)
     if not text or text.isspace():
-        return text
+        return work
     for kind, pattern in _SHAPES:
-        text = _sub(pattern, text, lambda m, kind=kind: None if m.group(0).startswith("[REDACTED") else kind)
-    if _ANY_WORD.search(text):
-        text = _assignments(text)
+        work.sub(pattern, lambda m, kind=kind: None if m.group(0).startswith("[REDACTED") else kind)
+    if _ANY_WORD.search(work.text):
+        _assignments(work)
     if _is_env_file(path):
-        text = _sub(_ENV_LINE, text,
-                    lambda m: None if m.group("key").lstrip().startswith("#") or _PLACEHOLDER.match(
-                        m.group("s").strip("'\"")) else "env_value")
-    return _sub(_HIGH_ENTROPY, text, lambda m: "high_entropy" if _looks_random(m.group(0)) else None)
+        work.sub(_ENV_LINE, lambda m: None if m.group("key").lstrip().startswith("#") or _PLACEHOLDER.match(
+            m.group("s").strip("'\"")) else "env_value")
+    work.sub(_HIGH_ENTROPY, lambda m: "high_entropy" if _looks_random(m.group(0)) else None)
+    if known is not None:
+        if known.pattern is not None:
+            work.sub(known.pattern, lambda m: known.kinds[m.group(0)])
+        for _, _, start, end, kind in work.tags:
+            known.add(text[start:end], kind)
+    return work
 
 
-def redact_obj(value: Any, skip_keys: Iterable[str] = (), path: str | PurePath | None = None) -> Any:
+def redact(text: str, path: str | PurePath | None = None, known: KnownSecrets | None = None) -> str:
+    """`text` with every secret it recognises replaced by `[REDACTED:<kind>]`. `path` is where the
+    text came from, when known (`.env` files have all their values redacted). With `known`, the
+    secrets it holds are redacted too, and the ones found here are added to it."""
+    return _redaction(text, path, known).text
+
+
+def find_secrets(text: str, path: str | PurePath | None = None,
+                 known: KnownSecrets | None = None) -> list[tuple[int, int, str]]:
+    """(start, end, kind) of each secret `redact` replaces, in `text`'s own offsets."""
+    return [(start, end, kind) for _, _, start, end, kind in _redaction(text, path, known).tags]
+
+
+def redact_obj(value: Any, skip_keys: Iterable[str] = (), path: str | PurePath | None = None,
+               known: KnownSecrets | None = None) -> Any:
     """A copy of a JSON-like value with every string redacted, except the values of `skip_keys`
     (ids, hashes) and dictionary keys."""
     skip = frozenset(skip_keys)
     if isinstance(value, str):
-        return redact(value, path)
+        return redact(value, path, known)
     if isinstance(value, dict):
-        return {k: v if k in skip else _redact_item(k, v, skip, path) for k, v in value.items()}
+        return {k: v if k in skip else _redact_item(k, v, skip, path, known) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [redact_obj(v, skip, path) for v in value]
+        return [redact_obj(v, skip, path, known) for v in value]
     return value
 
 
-def _redact_item(key: str, value: Any, skip: frozenset[str], path: str | PurePath | None) -> Any:
+def _redact_item(key: str, value: Any, skip: frozenset[str], path: str | PurePath | None,
+                 known: KnownSecrets | None) -> Any:
     """A dictionary value: a string under a secret-sounding key (`{"password": "..."}`) is a
     secret unless it is a placeholder, number or plain identifier."""
     if isinstance(value, str) and re.fullmatch(_SECRET_NAME, key):
         kind = _value_kind(key, value, config_line=True)
         if kind is not None and " " not in value.strip():
+            if known is not None:
+                known.add(value, kind)
             return _tag(kind)
-    return redact_obj(value, skip, path)
+    return redact_obj(value, skip, path, known)
+
+
+def redact_token_ids(ids: Sequence[int], tokenizer: Any, known: KnownSecrets | None = None
+                     ) -> tuple[list[int], list[tuple[int, int, int, int]]]:
+    """Token ids with every span that decodes to a secret replaced by the ids of its tag, and the
+    edits made: (start, end) in `ids`, (start, end) of the tag's ids in the result. Each run of
+    ordinary tokens between special ones is decoded and redacted as one text (a secret never
+    holds a special token, and a PEM block without its end line cannot swallow the chat's
+    structure). The tokens a secret touches are replaced whole: their text, with the secret's
+    part replaced by its tag, is encoded again; every other id is kept as it was."""
+    special = frozenset(tokenizer.special_token_ids)
+    out: list[int] = []
+    edits: list[tuple[int, int, int, int]] = []
+    start = 0
+    for end in [*(i for i, t in enumerate(ids) if t in special), len(ids)]:
+        if end > start:
+            _redact_run(list(ids[start:end]), start, tokenizer, known, out, edits)
+        if end < len(ids):
+            out.append(ids[end])
+        start = end + 1
+    return out, edits
+
+
+def _redact_run(run: list[int], offset: int, tokenizer: Any, known: KnownSecrets | None,
+                out: list[int], edits: list[tuple[int, int, int, int]]) -> None:
+    pieces = [tokenizer.id_to_bytes[t] for t in run]
+    data = b"".join(pieces)
+    text = data.decode("utf-8", "surrogateescape")  # lossless: text offsets map back to bytes
+    secrets = find_secrets(text, known=known)
+    if not secrets:
+        out.extend(run)
+        return
+    bounds = [0]
+    for piece in pieces:
+        bounds.append(bounds[-1] + len(piece))
+
+    def byte(char: int) -> int:
+        return len(text[:char].encode("utf-8", "surrogateescape"))
+
+    spans = [(byte(a), byte(b), kind) for a, b, kind in secrets]
+    groups: list[list[Any]] = []  # [first token, last token + 1, [(byte span, kind), ...]]
+    for lo, hi, kind in spans:
+        first = bisect.bisect_right(bounds, lo) - 1
+        last = bisect.bisect_left(bounds, hi)
+        if groups and first < groups[-1][1]:
+            groups[-1][1] = max(groups[-1][1], last)
+            groups[-1][2].append((lo, hi, kind))
+        else:
+            groups.append([first, last, [(lo, hi, kind)]])
+    kept = 0
+    for first, last, inside in groups:
+        out.extend(run[kept:first])
+        cut, at = b"", bounds[first]
+        for lo, hi, kind in inside:
+            cut += data[at:lo] + _tag(kind).encode()
+            at = hi
+        cut += data[at:bounds[last]]
+        new_start = len(out)
+        out.extend(tokenizer.encode(cut.decode("utf-8", "replace")))
+        edits.append((offset + first, offset + last, new_start, len(out)))
+        kept = last
+    out.extend(run[kept:])

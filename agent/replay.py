@@ -5,19 +5,27 @@ editor (ACP's `session/load`), and the conversation the agent continues from.
     for update in history_updates(records, registry):   # user and agent messages, tool calls
         await sink.emit(update)
     messages = conversation(records, system_prompt)       # what the model saw, to go on from
+    tokens = token_state(records, policy.model_id)        # the ids to go on from, token-natively
 
 Diffs are replayed from what the log kept (tool `data` has the diff text, not the whole files),
 so a replayed edit shows as its unified diff in the tool call's text.
+
+A loaded session continues from the logged ids of its last model call (its parent chain rebuilt
+from the deltas) wherever the log holds them; where it does not (a version 1 log, a text-only
+call, ids withheld, another model), the next prompt is rendered from the conversation's text and
+says so (`prefix_break: rebuilt_from_text` or `model_changed`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from agent import events as ev
-from agent.loop import tool_title
+from agent.loop import answer_unanswered, tool_title
 from agent.tools.base import ToolRegistry
 
 
@@ -64,10 +72,15 @@ def history_updates(records: Iterable[dict[str, Any]], tools: ToolRegistry) -> l
 
 
 def conversation(records: Iterable[dict[str, Any]], system: str) -> list[dict[str, Any]]:
-    """The chat messages of the logged session, as the loop builds them, to continue from."""
+    """The chat messages of the logged session, as the loop builds them, to continue from: the
+    harness's corrective message after its call's tool results."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    harness: str | None = None
     for record in records:
         kind = record.get("type")
+        if kind in ("user_message", "model_call") and harness:
+            messages.append({"role": "user", "content": harness})
+            harness = None
         if kind == "user_message":
             messages.append({"role": "user", "content": record["text"]})
         elif kind == "model_call":
@@ -75,34 +88,66 @@ def conversation(records: Iterable[dict[str, Any]], system: str) -> list[dict[st
             if record.get("tool_calls"):
                 message["tool_calls"] = record["tool_calls"]
             messages.append(message)
+            harness = record.get("harness_message")
         elif kind == "tool_call":
             content = record.get("result") or ""
             if record.get("error"):
                 content = f"Error: {record['error']}" + (f"\n{content}" if content else "")
             messages.append({"role": "tool", "tool_call_id": record["call_id"], "name": record["name"],
                              "content": content})
-    return _drop_unanswered(messages)
+    if harness:
+        messages.append({"role": "user", "content": harness})
+    return answer_unanswered(messages)
 
 
-def _drop_unanswered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A turn cut off by a crash or cancel can leave calls with no result; the chat format
-    needs a result per call, so those get one saying what happened."""
-    out: list[dict[str, Any]] = []
-    pending: list[dict[str, Any]] = []
-    for message in messages:
-        if message["role"] != "tool" and pending:
-            out.extend({"role": "tool", "tool_call_id": c.get("id", ""), "name": c["function"]["name"],
-                        "content": "Error: the turn ended before this call ran"} for c in pending)
-            pending = []
-        out.append(message)
-        if message["role"] == "assistant":
-            pending = list(message.get("tool_calls") or [])
-        elif message["role"] == "tool":
-            pending = [c for c in pending if c.get("id") != message["tool_call_id"]]
-    if pending:
-        out.extend({"role": "tool", "tool_call_id": c.get("id", ""), "name": c["function"]["name"],
-                    "content": "Error: the turn ended before this call ran"} for c in pending)
-    return out
+@dataclass
+class TokenState:
+    """Where a logged session's token stream stands (agent/trajectory.py TokenStream.restore)."""
+
+    calls: int
+    """Model calls logged: new ones are numbered after them."""
+    call_id: str | None
+    """The last call whose prompt and completion ids the log holds whole (None: none)."""
+    ids: list[int]
+    routing_known: int
+    tools: list[dict[str, Any]] | None
+    pending: str | None
+    """The break the next prompt carries: rebuilt_from_text, model_changed, redaction, or None."""
+
+
+def token_state(records: list[dict[str, Any]], model_id: str | None) -> TokenState:
+    """The ids a loaded session goes on from: its last model call's prompt and completion, each
+    call's prompt rebuilt from its parent's ids and its own delta."""
+    header = next((r for r in records if r.get("type") == "session"), {})
+    calls = [r for r in records if r.get("type") == "model_call"]
+    numbers = [int(m.group(1)) for r in calls if (m := re.fullmatch(r"m(\d+)", str(r.get("call_id", ""))))]
+    count = max([len(calls), *numbers])
+    tools = header.get("tools")
+    if not calls:
+        return TokenState(count, None, [], 0, tools, None)
+    ids: list[int] | None = None
+    known: str | None = None
+    routing = 0
+    for record in calls:
+        prompt, completion = record.get("prompt_token_ids") or [], record.get("completion_token_ids") or []
+        parent = record.get("parent")
+        if record.get("version", 1) < 2 or not (prompt or completion) or (parent is not None and parent != known):
+            ids, known = None, None
+            continue
+        base = ids[: record.get("prefix_len") or 0] if parent is not None and ids is not None else []
+        ids, known = base + prompt + completion, record.get("call_id")
+        rows, start = record.get("routed_experts"), record.get("routed_experts_start", len(base))
+        routing = start + len(rows) if rows is not None else min(routing, start)
+    last = calls[-1]
+    model = header.get("model", {}).get("id") if isinstance(header.get("model"), dict) else None
+    if ids is None or known != last.get("call_id") or last.get("text_only"):
+        pending = "rebuilt_from_text"
+    elif model_id is not None and model not in (None, model_id):
+        pending = "model_changed"
+    else:
+        pending = "redaction" if last.get("redactions") else None
+    return TokenState(count, known if ids is not None else None, ids or [], routing if ids else 0, tools, pending)
+
 
 
 def session_title(records: Iterable[dict[str, Any]]) -> str | None:

@@ -7,11 +7,16 @@ and RL rollouts all drive the agent through this class.
     result = await session.prompt("add a test for parse()")   # session.cancel() stops it
     session.restore(session.last_checkpoint)                   # undo the turn, shell included
     session.close()
+
+The log gets the editor's outcome signals (agent/outcomes.py) where they become known: review
+verdicts and the agent's tests after its last edit when a turn ends, `turn_undone` at a restore,
+and the previous session's kept/reverted edits when a new session starts in the workspace.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -21,11 +26,12 @@ from typing import Any
 from agent.checkpoints import CheckpointStore
 from agent.isolation import gate_session
 from agent.loop import Agent, LoopConfig, TurnResult
+from agent.outcomes import settle_previous_session, split_turns, turn_signals, undo_signal
 from agent.permission_files import load_policy
 from agent.permissions import PermissionPolicy, rollout_policy
-from agent.policy import EndpointPolicy, EnginePolicy, Policy
+from agent.policy import EndpointPolicy, EnginePolicy, Policy, endpoint_tokenizer
 from agent.prompt import system_prompt
-from agent.replay import call_ids, conversation, history_updates, last_turn_checkpoint
+from agent.replay import call_ids, conversation, history_updates, last_turn_checkpoint, token_state
 from agent.retrieval.repomap import workspace_repo_map
 from agent.retrieval.service import live_index
 from agent.sandbox import isolation_status
@@ -44,6 +50,8 @@ from agent.tools.search import Glob, Grep, ListDir
 from agent.tools.terminal import RunTerminal
 from agent.tools.todo import TodoWrite
 from agent.workspace import Workspace
+
+logger = logging.getLogger(__name__)
 
 
 def log_path_of(workspace: Path, session_id: str, log_dir: Path | None = None) -> Path:
@@ -69,6 +77,9 @@ class SessionConfig:
     """An OpenAI-compatible base URL; None runs the in-process engine."""
     model: str | None = None
     """Checkpoint directory (in-process) or model name (endpoint); None is composer-mini."""
+    tokenizer: Path | None = None
+    """The endpoint's model's checkpoint (its tokenizer), for token-in prompts; None: `model`
+    when it is a local checkpoint, composer-mini's when `model` names it, else text only."""
     api_key: str | None = None
     quantize: str = "int4"
     """In-process engine weights: int4 (fast on CPUs) or none."""
@@ -87,6 +98,8 @@ class SessionConfig:
     """Budget of the repo map in the system prompt (0: none)."""
     client: str | None = None
     """Who drives the session (lsp, acp, web, cli, rollout): recorded in the log's header."""
+    task_id: str | None = None
+    """The task a rollout or evaluation works on: recorded in the log's header."""
     loop: LoopConfig = field(default_factory=LoopConfig)
 
 
@@ -102,6 +115,22 @@ def _shared_engine(model: str | None, quantize: str):
     if key not in _ENGINES:
         _ENGINES[key] = Engine.from_pretrained(model, quantize=quantize)
     return _ENGINES[key]
+
+
+def _settle_previous(root: Path, workspace: Workspace, log_dir: Path | None) -> None:
+    """Judges the workspace's previous session's edits against the files as they are now."""
+    def read_text(rel: str) -> str | None:
+        try:
+            if not workspace.is_file(rel):
+                return None
+            return workspace.read_text(rel)
+        except Exception:  # unreadable now (binary, too large, outside the root): judged changed
+            return ""
+
+    try:
+        settle_previous_session(root, read_text, log_dir=log_dir)
+    except (OSError, ValueError) as err:  # never stops a new session
+        logger.warning("could not judge the previous session in %s: %s", root, err)
 
 
 class Session:
@@ -134,7 +163,8 @@ class Session:
                      ctx.state, client=config.client, auto_allow=config.auto_allow)
         if policy is None:
             if config.endpoint:
-                policy = EndpointPolicy(config.endpoint, model=config.model, api_key=config.api_key)
+                tokenizer = await asyncio.to_thread(endpoint_tokenizer, str(config.tokenizer or config.model or ""))
+                policy = EndpointPolicy(config.endpoint, model=config.model, api_key=config.api_key, tokenizer=tokenizer)
             else:
                 engine = await asyncio.to_thread(_shared_engine, config.model, config.quantize)
                 policy = EnginePolicy(engine)
@@ -147,12 +177,18 @@ class Session:
         if config.repo_map_tokens > 0:
             repo_map = await asyncio.to_thread(workspace_repo_map, workspace, budget_tokens=config.repo_map_tokens)
         system = system_prompt(root, repo_map=repo_map, semantic_search="codebase_search" in tools)
-        header = {"client": config.client} if config.client else {}
+        header = {k: v for k, v in (("client", config.client), ("task_id", config.task_id)) if v}
+        if log is None:
+            await asyncio.to_thread(_settle_previous, root, workspace, config.log_dir)
+        model = {"id": policy.model_id, "backend": "endpoint" if config.endpoint else "engine"}
+        if hasattr(policy, "engine"):
+            model["weight_version"] = getattr(policy.engine, "weight_version", 0)
         log = log or SessionLog.open(
-            root, model={"id": policy.model_id, "backend": "endpoint" if config.endpoint else "engine"},
-            sampler={"temperature": config.loop.temperature, "max_tokens": config.loop.max_tokens_per_step},
-            tools=tools.openai_tools(), system_prompt=system, log_dir=config.log_dir, **header,
+            root, model=model, tools=tools.openai_tools(), system_prompt=system, log_dir=config.log_dir,
+            sampler={"temperature": config.loop.temperature, "top_p": config.loop.top_p, "seed": config.loop.seed,
+                     "max_tokens": config.loop.max_tokens_per_step}, **header,
         )
+        log.tokenizer = getattr(policy, "tokenizer", None)  # redaction reaches the ids it writes
         checkpoints = CheckpointStore(root) if config.checkpoints else None
         agent = Agent(
             policy, tools, ctx, system=system, config=config.loop, permissions=permissions,
@@ -168,8 +204,9 @@ class Session:
         path = log_path_of(config.workspace, session_id, config.log_dir)
         records = read_session(path)
         session = await cls.create(config, log=SessionLog.reopen(path), **kwargs)
-        session.agent.resume(conversation(records, session.agent.messages[0]["content"]), call_ids(records),
-                             last_turn_checkpoint(records))
+        agent = session.agent
+        agent.resume(conversation(records, agent.messages[0]["content"]), call_ids(records),
+                     last_turn_checkpoint(records), token_state(records, agent.policy.model_id))
         return session, history_updates(records, session.agent.tools)
 
     @property
@@ -186,7 +223,9 @@ class Session:
             raise RuntimeError("a prompt is already running in this session; cancel it first")
         self._turn = asyncio.ensure_future(self.agent.run_turn(text))
         try:
-            return await asyncio.shield(self._turn)
+            result = await asyncio.shield(self._turn)
+            await asyncio.to_thread(self._write_turn_signals)
+            return result
         finally:
             if self._turn.done():
                 self.log.rest()  # a later write (another turn, a restore) reopens it
@@ -200,7 +239,17 @@ class Session:
             raise RuntimeError("checkpoints are off in this session")
         result = self.checkpoints.restore(checkpoint_id)
         self.log.write("restore", checkpoint_id=checkpoint_id, by="user")
+        self.log.write("outcome", **undo_signal(checkpoint_id))
         return result
+
+    def _write_turn_signals(self) -> None:
+        """The finished turn's outcome signals (agent/outcomes.py), read back from its log."""
+        try:
+            turns = split_turns(read_session(self.log.path))
+            for fields in turn_signals(turns[-1] if turns else [], str(self.workspace.root)):
+                self.log.write("outcome", **fields)
+        except (OSError, ValueError) as err:  # a signal must never fail the turn
+            logger.warning("session %s: no outcome signals for the turn: %s", self.id, err)
 
     def close(self) -> None:
         self.log.close()

@@ -6,8 +6,8 @@ the JSON Schema in agent/schemas/session_log.schema.json.
                           sampler={"temperature": 1.0}, tools=registry.openai_tools(),
                           system_prompt=prompt)             # writes the `session` header
     log.write("user_message", text="fix the test")
-    log.write("model_call", prompt_token_ids=[...], completion_token_ids=[...], logprobs=[...],
-              text="...", finish_reason="tool_calls")
+    log.write("model_call", call_id="m1", parent=None, prompt_token_ids=[...],
+              completion_token_ids=[...], logprobs=[...], text="...", finish_reason="tool_calls")
     log.write("tool_call", call_id="c1", name="read_file", arguments={"path": "a.py"},
               result="...", error=None, duration_s=0.01, group=0)
     log.rest()                                              # fsync, close; the next write reopens
@@ -21,14 +21,27 @@ Where: `$COMPOSER_LOG_DIR/<workspace-slug>/<session-id>.jsonl`, else
 Guarantees: files are only ever appended to (O_APPEND, one write per record, so a record is in
 the kernel once `write` returns and survives a crash of the process; fsync at close); a record
 torn by a crash is skipped by the reader with a warning, and a writer that reopens the file
-first ends the torn line so later records stay readable. Strings are redacted
-(agent/redact.py) before they are written; token ids are not (they are what training needs).
-Records are validated against the schema when `validate=True`, when $COMPOSER_LOG_VALIDATE=1, or
-under pytest, so every test that writes a log checks it.
+first ends the torn line so later records stay readable. A record the disk has no room for
+raises SessionLogError and is cut back off the file (no half record is left). Records are
+validated against the schema when `validate=True`, when $COMPOSER_LOG_VALIDATE=1, or under
+pytest, so every test that writes a log checks it.
+
+Schema version 2 (version 1 logs stay readable): a model call logs only its new prompt ids, as a
+delta against its `parent` call (the parent's prompt and completion ids, the first `prefix_len`
+of them, then `prompt_token_ids`), so a log grows linearly; the fields are described in the
+schema and in docs/contracts.md.
+
+Redaction (agent/redact.py) reaches everything: strings, and token ids. Ids are decoded and the
+tokens of any span that decodes to a secret are replaced by the ids of its `[REDACTED:<kind>]`
+tag; the record's `redactions` lists the tags' spans, its logprobs there are null, and its routed
+experts stop before the first one. Every secret found is remembered for the rest of the session
+(`KnownSecrets`), so a `.env` value that the model repeats elsewhere is caught too. Without a
+tokenizer the log cannot read ids, so it writes none (`extra.ids_withheld`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -46,10 +59,10 @@ from typing import Any
 import jsonschema
 
 from agent.json_schema import schema_validator
-from agent.redact import redact_obj
+from agent.redact import KnownSecrets, redact, redact_obj, redact_token_ids
 from agent.tools.base import truncate
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "session_log.schema.json"
 RECORD_TYPES = ("session", "user_message", "model_call", "tool_call", "permission", "edit_review",
                 "checkpoint", "restore", "final_diff", "outcome", "error", "cancelled")
@@ -60,12 +73,14 @@ _NOT_REDACTED = frozenset({"type", "session_id", "call_id", "model_call_id", "me
                            "checkpoint_id", "backup_id", "base_checkpoint_id", "base_commit",
                            "system_prompt_hash", "group", "task_id", "parent_session_id", "git",
                            "workspace", "option_id", "prompt_token_ids", "completion_token_ids",
-                           "logprobs", "routed_experts"})
+                           "logprobs", "routed_experts", "parent", "forced", "redactions",
+                           "sampler", "weight_version", "prefix_len", "routed_experts_start"})
 """Ids, hashes and numbers: never secrets, and redacting them would only cost time."""
 
 
 class SessionLogError(ValueError):
-    """A record that does not match the schema, or a log that cannot be opened as asked."""
+    """A record that does not match the schema, a log that cannot be opened as asked, or a
+    record that could not be written (a full disk)."""
 
 
 class SessionLogWarning(UserWarning):
@@ -109,9 +124,12 @@ def validate_record(record: dict[str, Any]) -> None:
         error = jsonschema.exceptions.best_match(specific or errors)
         where = "/".join(str(p) for p in error.absolute_path) or "(record)"
         raise SessionLogError(f"invalid {record.get('type')!r} record at {where}: {error.message}")
-    logprobs, tokens = record.get("logprobs"), record.get("completion_token_ids")
-    if record["type"] == "model_call" and logprobs is not None and len(logprobs) != len(tokens):
-        raise SessionLogError(f"model_call has {len(logprobs)} logprobs for {len(tokens)} completion tokens")
+    if record["type"] == "model_call":
+        tokens = record["completion_token_ids"]
+        for name in ("logprobs", "forced"):
+            values = record.get(name)
+            if values is not None and len(values) != len(tokens):
+                raise SessionLogError(f"model_call has {len(values)} {name} for {len(tokens)} completion tokens")
 
 
 def git_info(workspace: str | PurePath) -> dict[str, Any] | None:
@@ -186,8 +204,11 @@ class SessionLog:
     """An append-only writer of one session's records. Use `open` (new session) or `reopen`."""
 
     def __init__(self, path: Path, session_id: str, *, new: bool, validate: bool | None = None,
-                 redact: bool = True, max_result_chars: int = MAX_RESULT_CHARS) -> None:
+                 redact: bool = True, max_result_chars: int = MAX_RESULT_CHARS, tokenizer: Any = None) -> None:
         self.path = Path(path)
+        self.tokenizer = tokenizer
+        """Decodes token ids for redaction (model/tokenizer.py); None: ids are not written."""
+        self.known = KnownSecrets()
         self.session_id = session_id
         self.validate = validate if validate is not None else (
             os.environ.get("COMPOSER_LOG_VALIDATE") == "1" or "PYTEST_CURRENT_TEST" in os.environ)
@@ -210,7 +231,7 @@ class SessionLog:
     def open(cls, workspace: str | PurePath, *, model: dict[str, Any], sampler: dict[str, Any],
              tools: list[dict[str, Any]], system_prompt: str, session_id: str | None = None,
              log_dir: str | PurePath | None = None, validate: bool | None = None,
-             redact: bool = True, **header: Any) -> SessionLog:
+             redact: bool = True, tokenizer: Any = None, **header: Any) -> SessionLog:
         """Starts a new session file and writes its `session` header. `header` adds optional
         header fields (client, task_id, parent_session_id, composer_version, git)."""
         workspace = Path(workspace).expanduser().resolve()
@@ -223,7 +244,7 @@ class SessionLog:
             raise SessionLogError(f"session log {path} already exists; use SessionLog.reopen to append")
         if "git" not in header:
             header["git"] = git_info(workspace)
-        log = cls(path, session_id, new=True, validate=validate, redact=redact)
+        log = cls(path, session_id, new=True, validate=validate, redact=redact, tokenizer=tokenizer)
         try:
             log.write("session", workspace=str(workspace), model=model, sampler=sampler, tools=tools,
                       system_prompt_hash="sha256:" + hashlib.sha256(system_prompt.encode()).hexdigest(),
@@ -236,14 +257,14 @@ class SessionLog:
 
     @classmethod
     def reopen(cls, path: str | PurePath, *, validate: bool | None = None,
-               redact: bool = True) -> SessionLog:
+               redact: bool = True, tokenizer: Any = None) -> SessionLog:
         """Appends to an existing session (outcomes known after it ended), continuing its seq."""
         path = Path(path)
         if not path.is_file():
             raise SessionLogError(f"no session log at {path}")
         header = next(iter(read_session(path, limit=1)), None)
         session_id = header["session_id"] if header else path.stem
-        return cls(path, session_id, new=False, validate=validate, redact=redact)
+        return cls(path, session_id, new=False, validate=validate, redact=redact, tokenizer=tokenizer)
 
     @property
     def closed(self) -> bool:
@@ -283,15 +304,53 @@ class SessionLog:
         if self.redact:
             args = record.get("arguments")
             source = args.get("path") if isinstance(args, dict) and isinstance(args.get("path"), str) else None
-            record = redact_obj(record, _NOT_REDACTED, path=source)
+            record = redact_obj(record, _NOT_REDACTED, path=source, known=self.known)
+            if type == "model_call":
+                record = self._redact_ids(record)
         if self.validate:
             validate_record(record)
         data = _encode(record)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view):]
+        view, size = memoryview(data), os.fstat(self._fd).st_size
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+        except OSError as err:  # ENOSPC, EDQUOT, EIO: no half record is left to break readers
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, size)
+            raise SessionLogError(f"session log {self.path}: could not append a {type!r} record: {err}; "
+                                  "the records before it are intact") from err
         self._seq += 1
         return record
+
+    def redact_text(self, text: str, path: str | None = None) -> str:
+        """`text` as this log would write it (the session's known secrets included)."""
+        return redact(text, path, self.known) if self.redact else text
+
+    def _redact_ids(self, record: dict[str, Any]) -> dict[str, Any]:
+        prompt, completion = record.get("prompt_token_ids") or [], record.get("completion_token_ids") or []
+        for name, ids in (("prompt_token_ids", prompt), ("completion_token_ids", completion)):
+            if not isinstance(ids, list) or not all(type(i) is int and i >= 0 for i in ids):
+                raise SessionLogError(f"invalid 'model_call' record at {name}: token ids must be a list of integers")
+        if not prompt and not completion:
+            return record
+        if self.tokenizer is None:
+            extra = {**record.get("extra", {}), "ids_withheld": "the log has no tokenizer to redact them"}
+            return {**record, "prompt_token_ids": [], "completion_token_ids": [], "logprobs": None,
+                    "forced": None, "routed_experts": None, "extra": extra}
+        new_prompt, in_prompt = redact_token_ids(prompt, self.tokenizer, self.known)
+        new_completion, in_completion = redact_token_ids(completion, self.tokenizer, self.known)
+        if not in_prompt and not in_completion:
+            return record
+        offset = record.get("prefix_len") or 0
+        first = offset + (in_prompt[0][0] if in_prompt else len(prompt) + in_completion[0][0])
+        rows = record.get("routed_experts")
+        if rows is not None:  # routing after a secret was computed on tokens the log does not hold
+            rows = rows[: max(0, first - record.get("routed_experts_start", offset))]
+        return {**record, "prompt_token_ids": new_prompt, "completion_token_ids": new_completion,
+                "logprobs": _realign(record.get("logprobs"), in_completion, None),
+                "forced": _realign(record.get("forced"), in_completion, 0), "routed_experts": rows,
+                "redactions": {"prompt": [[a, b] for *_, a, b in in_prompt],
+                               "completion": [[a, b] for *_, a, b in in_completion]}}
 
     def _cut_result(self, record: dict[str, Any]) -> dict[str, Any]:
         result = record.get("result")
@@ -317,6 +376,18 @@ class SessionLog:
     def __del__(self) -> None:
         if getattr(self, "_fd", -1) >= 0:
             os.close(self._fd)
+
+
+def _realign(values: list[Any] | None, edits: list[tuple[int, int, int, int]], fill: Any) -> list[Any] | None:
+    """A per-token list after `edits` replaced spans of the tokens: `fill` for the new tokens."""
+    if values is None or not edits:
+        return values
+    out: list[Any] = []
+    kept = 0
+    for start, end, new_start, new_end in edits:
+        out += values[kept:start] + [fill] * (new_end - new_start)
+        kept = end
+    return out + values[kept:]
 
 
 def read_session(path: str | PurePath, limit: int | None = None) -> list[dict[str, Any]]:

@@ -7,12 +7,27 @@ in docs/benchmarks.md, rewritten in place on each run (added under `heading` the
 from __future__ import annotations
 
 import json
+import platform
+import subprocess
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
 RESULTS = ROOT / "bench" / "results"
+
+
+def cpu_description() -> str:
+    """The CPU as `lscpu` names it, with the vector extensions that decide matmul speed (avx2,
+    avx512*, amx*), for a bench's meta line; the bare architecture where lscpu is missing."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return platform.machine()
+    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    model = fields.get("Model name", platform.machine()).strip()
+    flags = [f for f in fields.get("Flags", "").split() if f.startswith(("avx", "amx"))]
+    return f"{model} ({' '.join(flags) or 'no avx'})"
 
 
 def write_doc(name: str, heading: str, text: str, meta: str, doc: Path = DOC) -> None:

@@ -7,6 +7,8 @@ serving a Composer checkpoint (`vllm serve DIR --enable-auto-tool-choice --tool-
         result.content, result.tool_calls, result.finish_reason, result.usage, result.logprobs
         async for delta in client.stream_chat(messages, tools=tools):
             print(delta.content, end="")
+        async for delta in client.stream_completion(prompt_ids, max_tokens=64, extra={"return_token_ids": True}):
+            ...                                   # token-in, token-out (/v1/completions)
 
 `tool_calls` are `model.toolcalls.ToolCall`s. When the request has tools and the server sent the
 model's raw `<tool_call>` blocks as content (a server without a tool parser), they are parsed
@@ -31,6 +33,7 @@ from typing import Any
 
 import aiohttp
 
+from model.completions_protocol import CompletionDelta, parse_completion_chunk
 from model.openai_protocol import ToolTextSplitter, split_tool_text
 from model.toolcalls import ToolCall, ToolCallError, new_call_id
 
@@ -390,6 +393,31 @@ class OpenAICompatibleClient:
         finally:
             response.close()
 
+    async def stream_completion(
+        self,
+        prompt: Sequence[int] | str,
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        logprobs: int | None = 0,
+        extra: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[CompletionDelta]:
+        """A text completion (`/v1/completions`) as it streams: the prompt's ids go to the
+        engine unchanged. Fold the deltas with model.completions_protocol.CompletionAccumulator."""
+        body: dict[str, Any] = {"model": self.model or await self._default_model(),
+                                "prompt": prompt if isinstance(prompt, str) else list(prompt),
+                                "stream": True, "stream_options": {"include_usage": True}}
+        fields = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "seed": seed, "logprobs": logprobs}
+        body |= {k: v for k, v in fields.items() if v is not None} | dict(extra or {})
+        response = await self._send("POST", "/completions", body, stream=True)
+        try:
+            async for chunk in self._events(response):
+                yield parse_completion_chunk(chunk)
+        finally:
+            response.close()
+
     # ---- plumbing -------------------------------------------------------------------------------
 
     async def _body(
@@ -485,8 +513,10 @@ class OpenAICompatibleClient:
         return data
 
     async def _events(self, response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
-        """The JSON objects of a server-sent event stream, up to `data: [DONE]`."""
-        buffer = b""
+        """The JSON objects of a server-sent event stream, up to `data: [DONE]`. A stream that
+        ends before either [DONE] or a finish_reason was cut off (the server died or hung up):
+        APIConnectionError, not a silently shortened answer."""
+        buffer, finished = b"", False
         try:
             async for piece in response.content.iter_any():
                 buffer += piece
@@ -497,9 +527,14 @@ class OpenAICompatibleClient:
                         continue
                     if data == "[DONE]":
                         return
-                    yield _event_json(data)
+                    event = _event_json(data)
+                    finished = finished or _finishes(event)
+                    yield event
         except (aiohttp.ClientError, TimeoutError) as err:
             raise APIConnectionError(f"the stream from {response.url} broke: {type(err).__name__}: {err}") from err
+        if not finished:
+            raise APIConnectionError(f"the stream from {response.url} ended mid-answer (no finish_reason, "
+                                     "no [DONE]): the server stopped or hung up")
 
 
 def _sse_data(line: bytes) -> str | None:
@@ -517,6 +552,12 @@ def _event_json(data: str) -> dict[str, Any]:
     if isinstance(event, dict) and isinstance(event.get("error"), dict | str):
         raise _error_from_body(None, data)  # an error after the stream began
     return event
+
+
+def _finishes(event: Any) -> bool:
+    """Whether a chunk carries a choice's finish_reason (the answer is complete)."""
+    choices = event.get("choices") if isinstance(event, dict) else None
+    return any(isinstance(c, dict) and c.get("finish_reason") for c in choices or [])
 
 
 def _plain_message(message: Mapping[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,15 @@ on what the prefix cache held.
     [out] = engine.generate([engine.tokenizer.encode_chat(messages)], SamplingParams(max_tokens=64))
     async for event in engine.stream(prompt_ids, params): print(event.text, end="")
     engine.prefix_cache_report()                         # sizes, hits, evictions
+    engine.load_weights(state_dict, version=3)           # RL weight sync (see load_weights)
+
+Weight versions: `engine.weight_version` (0 at load unless given) names the weights; every
+Completion carries the version it ran on. A request runs on one version from prefill to its last
+token: `load_weights` swaps only between steps, after the requests running at that moment have
+finished ("finish", the default) or have been ended with finish_reason "abort" ("abort"; the
+caller resumes one by sending prompt_ids + token_ids as a new request). Requests that arrive
+meanwhile wait and run on the new weights. The prefix cache is keyed by the weight version (and
+the KV dtype) and emptied by a load: nothing computed with old weights is ever reused.
 
 Legend: B decoding sequences, N tokens in a forward, V vocab, L layers, k experts per token.
 """
@@ -31,7 +40,7 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +49,7 @@ import numpy as np
 import torch
 
 from model.fused_decode import FusedDecode, enabled_by_env, unsupported_reason
-from model.hf import load_model
+from model.hf import load_model, load_state_dict
 from model.kernels import DECODE, PREFILL, Kernels
 from model.kv import KVCache, kv_dtype
 from model.openmp import release_openmp_threads
@@ -50,6 +59,7 @@ from model.sampling import SamplingParams
 from model.sequence import Completion, Sequence, StreamEvent
 from model.speculative import propose
 from model.transformer import Transformer
+from model.weights import WeightUpdate
 
 PREFILL_CHUNK = 512
 """Most prompt tokens per iteration while other sequences decode."""
@@ -58,6 +68,8 @@ IDLE_PREFILL_CHUNK = 4096
 PREFIX_CACHE_GB = 1.5
 DEDUP_BLOCKS = 2
 """A request waits for another's prefill when that will compute at least this many blocks of its prompt."""
+IN_FLIGHT = ("finish", "abort")
+"""What load_weights does with running requests: let them finish on the old weights, or end them."""
 
 
 class ContextLengthError(ValueError):
@@ -65,6 +77,36 @@ class ContextLengthError(ValueError):
 
 
 @dataclass
+class WeightLoad:
+    """What one load_weights call did."""
+
+    version: int
+    tensors: int
+    """Named tensors applied."""
+    prepare_seconds: float
+    """Checking, converting and re-quantizing, while the engine kept serving."""
+    drain_seconds: float
+    """Waiting for the running requests to finish (or to be ended) at a step boundary."""
+    swap_seconds: float
+    """Copying the weights in and resetting the cache: the engine is paused only for this."""
+    aborted: int
+    """Requests ended with finish_reason "abort"."""
+
+
+@dataclass
+class _Swap:
+    update: WeightUpdate
+    version: int
+    in_flight: str
+    requested: float = field(default_factory=time.perf_counter)
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+    drain_seconds: float = 0.0
+    swap_seconds: float = 0.0
+    aborted: int = 0
+
+
+@dataclass(eq=False)  # compared by identity: the active list holds each request once
 class _Pending:
     seq: Sequence
     on_event: Callable[[StreamEvent], None]
@@ -87,13 +129,15 @@ class Engine:
         prefix_block: int = DEFAULT_BLOCK,
         prefill_chunk: int = PREFILL_CHUNK,
         idle_prefill_chunk: int = IDLE_PREFILL_CHUNK,
+        weight_version: int = 0,
     ) -> None:
         """`fused_decode`: decode plain steps in one C++ call (model/fused_decode.py; int4 models,
         the same logits). None (default): when the model is int4 and the extension builds, unless
         COMPOSER_FUSED_DECODE=0; True: required (raises when unavailable); False: never.
         `kv_cache_dtype`: "bf16" or "fp32"; None is bf16 for int4 models and fp32 otherwise (the
         fp32 checkpoint's logprobs then match the trainer's). `prefix_cache_gb`: memory for reused
-        prompt prefixes (0 turns reuse off); it needs the C++ kernels (model/kernels.py)."""
+        prompt prefixes (0 turns reuse off); it needs the C++ kernels (model/kernels.py).
+        `weight_version` names the model's weights."""
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = model.config
@@ -103,7 +147,8 @@ class Engine:
         self.device = model.embed.weight.device
         self.int4 = getattr(model, "quantization", "none") == "int4"
         self.kv_dtype = kv_dtype(kv_cache_dtype or ("bf16" if self.int4 else "fp32"))
-        self.cache = KVCache(self.config, max_batch, self.max_seq_len, self.kv_dtype, self.device)
+        self.weight_version = _check_version(weight_version)
+        self.cache = KVCache(self.config, max_batch, self.max_seq_len, self.kv_dtype, self.device, self.weight_version)
         cpu_fp32 = self.dtype == torch.float32 and self.device.type == "cpu"
         self.kernels = Kernels.load() if cpu_fp32 else Kernels(None, "not fp32 on the CPU")
         self.runner = Runner(model, self.cache, self.kernels)
@@ -112,7 +157,8 @@ class Engine:
             capacity = int(prefix_cache_gb * 2**30) // self.cache.bytes_per_position
             self.prefix = PrefixCache(self.cache, capacity, prefix_block, self.config.top_k)
         self.prefill_chunk, self.idle_prefill_chunk = prefill_chunk, idle_prefill_chunk
-        self.weight_version = 0
+        self._swap: _Swap | None = None
+        self._load_lock = threading.Lock()
         self._waiting: list[_Pending] = []
         self._active: list[_Pending] = []
         self._free_rows = list(range(max_batch - 1, -1, -1))
@@ -246,6 +292,46 @@ class Engine:
             self._thread.join()
         self._closed = False
 
+    def load_weights(
+        self, weights: Mapping[str, torch.Tensor] | str | Path, version: int | None = None, *, in_flight: str = "finish"
+    ) -> WeightLoad:
+        """Loads new weights into the running engine and names them `version` (default: the
+        current version + 1); returns when requests run on them.
+
+        `weights`: a state dict under the checkpoint's Hugging Face names, the model's own
+        parameter names, or both; all tensors or some (e.g. the ones a LoRA merge changed); or
+        the path of a safetensors file or checkpoint directory. Every tensor is checked (names,
+        shapes, floating dtypes, finite values) and converted (int4: re-quantized) before the
+        engine pauses; a bad one raises model.weights.WeightUpdateError and nothing is written.
+
+        In-flight requests (`in_flight`): "finish" lets the requests running now finish on the
+        old weights (their Completion.weight_version is the old version) and holds new ones
+        back until the swap; "abort" ends them at the next step boundary with finish_reason
+        "abort" and the old version (resume one by sending prompt_ids + token_ids again). Either
+        way no request mixes versions; "finish" waits up to the running requests' max_tokens,
+        "abort" up to one decoding step. The swap itself is a copy into the live tensors, then
+        the KV cache is reset and the fused step rebuilt. Call it from any thread but the
+        engine's; the tensors are read until it returns."""
+        if in_flight not in IN_FLIGHT:
+            raise ValueError(f"in_flight must be one of {IN_FLIGHT}, got {in_flight!r}")
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("load_weights was called on the engine's own thread (from a callback); it would wait forever")
+        with self._load_lock:
+            version = _check_version(self.weight_version + 1 if version is None else version)
+            started = time.perf_counter()
+            tensors = load_state_dict(weights) if isinstance(weights, (str, Path)) else weights
+            swap = _Swap(WeightUpdate.prepare(self.model, tensors), version, in_flight)
+            prepared = time.perf_counter()
+            self._swap = swap
+            self._ensure_worker()
+            self._wake.set()
+            swap.done.wait()
+        if swap.error is not None:
+            raise swap.error
+        return WeightLoad(
+            version, len(swap.update.names), prepared - started, swap.drain_seconds, swap.swap_seconds, swap.aborted
+        )
+
     # ---- requests -------------------------------------------------------------------------------
 
     def _new_sequence(self, prompt_ids: list[int], params: SamplingParams) -> Sequence:
@@ -265,8 +351,8 @@ class Engine:
         return Sequence(list(prompt_ids), params, stop_ids, self.tokenizer, self.max_seq_len)
 
     def _namespace(self) -> tuple:
-        """What cached prefixes belong to: these weights, this KV dtype."""
-        return (self.weight_version, str(self.kv_dtype))
+        """What cached prefixes belong to: these weights (version and load), this KV dtype."""
+        return (self.weight_version, self.cache.resets, str(self.kv_dtype))
 
     # ---- worker ---------------------------------------------------------------------------------
 
@@ -284,6 +370,10 @@ class Engine:
         idle = False
         while True:
             self._take_queued()
+            swap = self._swap
+            if swap is not None and (not self._active or swap.in_flight == "abort"):
+                self._swap_weights(swap)
+                continue
             if not self._active and not self._waiting:
                 if self._closed:
                     return
@@ -310,8 +400,34 @@ class Engine:
             except queue.Empty:
                 return
 
+    def _swap_weights(self, swap: _Swap) -> None:
+        """On the worker, between steps, once no request is left running: the swap itself."""
+        started = time.perf_counter()
+        swap.drain_seconds = started - swap.requested
+        try:
+            for pending in list(self._active):  # in_flight="abort"
+                pending.seq.finish("abort")
+                self._after_step(pending)
+                swap.aborted += 1
+            swap.update.apply()
+            # The runner's dense prefill copies and the fused step's references follow the new weights.
+            self.runner = Runner(self.model, self.cache, self.kernels)
+            if self.fused is not None:
+                self.fused = FusedDecode.build(self.model, self.cache, self.kernels)
+            self.cache.reset(swap.version)
+            self.weight_version = swap.version
+            if self.prefix is not None:
+                self.prefix.clear()
+        except BaseException as err:  # not expected: every tensor was checked and converted
+            swap.error = err
+        finally:
+            swap.swap_seconds = time.perf_counter() - started
+            self._swap = None
+            swap.done.set()
+
     def _iteration(self) -> None:
-        self._admit()
+        if self._swap is None:  # during a drain, new requests wait for the new weights
+            self._admit()
         self._drop_cancelled()
         decoding = [p for p in self._active if p.seq.prefilled]
         if decoding:
@@ -328,7 +444,8 @@ class Engine:
                 return
             if pending.cancelled.is_set():
                 self._waiting.remove(pending)
-                pending.on_done(pending.seq.finish("cancelled").completion())
+                pending.seq.finish("cancelled")
+                self._after_step(pending)
                 continue
             if self._wait_for_shared_prefill(pending):
                 continue
@@ -446,12 +563,21 @@ class Engine:
         if event is not None:
             pending.on_event(event)
         if seq.finish_reason is not None:
-            self._active.remove(pending)
-            self._free_rows.append(seq.row)
-            pending.on_done(seq.completion())
+            if pending in self._active:
+                self._active.remove(pending)
+                self._free_rows.append(seq.row)
+            done = seq.completion()
+            done.weight_version = self.weight_version
+            pending.on_done(done)
 
     def _drop_cancelled(self) -> None:
         for pending in list(self._active):
             if pending.cancelled.is_set():
                 pending.seq.finish("cancelled")
                 self._after_step(pending)
+
+
+def _check_version(version: object) -> int:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise ValueError(f"a weight version is an integer >= 0, got {version!r}")
+    return version

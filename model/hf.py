@@ -9,7 +9,8 @@ with `model.safetensors.index.json`), `generation_config.json` and the tokenizer
     model = load_model("~/.cache/composer/models/composer-mini")
 
 Our modules fuse what HF keeps apart (q/k/v into `qkv`, each expert's gate and up projection into
-`w13_EFD`); the mapping below is the only place that knows both spellings.
+`w13_EFD`); `hf_slots` is the only place that knows both spellings (weight updates use it too:
+model/weights.py).
 
 Legend: E experts, F expert hidden width, D model width.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,86 +43,101 @@ class CheckpointError(ValueError):
 # ---- name mapping -------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Slot:
+    """Where one named tensor lives in the model."""
+
+    param: str
+    """The model's own parameter name (as `Transformer.named_parameters()` spells it)."""
+    index: tuple[int | slice, ...]
+    """The tensor's place inside that parameter: () for all of it, else rows (and an expert)."""
+    shape: tuple[int, ...]
+
+
+def own_slots(config: ModelConfig) -> dict[str, Slot]:
+    """The model's own parameter names, each a whole parameter (the dense model has no router)."""
+    D, F, E, V = config.hidden_size, config.intermediate_size, config.num_experts, config.vocab_size
+    q_rows, kv_rows = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
+    shapes: dict[str, tuple[int, ...]] = {"embed.weight": (V, D)}
+    for i in range(config.num_layers):
+        p = f"layers.{i}."
+        shapes[p + "attn_norm.weight"] = (D,)
+        shapes[p + "attn.qkv.weight"] = (q_rows + 2 * kv_rows, D)
+        shapes[p + "attn.o_proj.weight"] = (D, q_rows)
+        shapes[p + "ffn_norm.weight"] = (D,)
+        if config.is_moe:
+            shapes[p + "moe.router.weight"] = (E, D)
+        shapes[p + "moe.experts.w13_EFD"] = (E, 2 * F, D)
+        shapes[p + "moe.experts.w2_EDF"] = (E, D, F)
+    shapes["norm.weight"] = (D,)
+    if not config.tie_word_embeddings:
+        shapes["lm_head.weight"] = (V, D)
+    return {name: Slot(name, (), shape) for name, shape in shapes.items()}
+
+
+def hf_slots(config: ModelConfig) -> dict[str, Slot]:
+    """Hugging Face names (Mixtral when E > 1, else Llama) and where each sits in our fused
+    parameters: q/k/v are row ranges of `qkv`, each expert's gate and up projections the two
+    halves of its `w13_EFD` rows. The one place that knows both spellings."""
+    D, F, E, V = config.hidden_size, config.intermediate_size, config.num_experts, config.vocab_size
+    q_rows, kv_rows = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
+    slots = {"model.embed_tokens.weight": Slot("embed.weight", (), (V, D))}
+    for i in range(config.num_layers):
+        p, o = f"model.layers.{i}.", f"layers.{i}."
+        slots[p + "input_layernorm.weight"] = Slot(o + "attn_norm.weight", (), (D,))
+        start = 0
+        for name, rows in (("q", q_rows), ("k", kv_rows), ("v", kv_rows)):
+            slots[p + f"self_attn.{name}_proj.weight"] = Slot(o + "attn.qkv.weight", (slice(start, start + rows),), (rows, D))
+            start += rows
+        slots[p + "self_attn.o_proj.weight"] = Slot(o + "attn.o_proj.weight", (), (D, q_rows))
+        slots[p + "post_attention_layernorm.weight"] = Slot(o + "ffn_norm.weight", (), (D,))
+        if config.is_moe:
+            slots[p + "block_sparse_moe.gate.weight"] = Slot(o + "moe.router.weight", (), (E, D))
+            experts = [(p + f"block_sparse_moe.experts.{e}.", e, ("w1", "w3", "w2")) for e in range(E)]
+        else:
+            experts = [(p + "mlp.", 0, ("gate_proj", "up_proj", "down_proj"))]
+        w13, w2 = o + "moe.experts.w13_EFD", o + "moe.experts.w2_EDF"
+        for prefix, e, (gate, up, down) in experts:
+            slots[prefix + gate + ".weight"] = Slot(w13, (e, slice(0, F)), (F, D))
+            slots[prefix + up + ".weight"] = Slot(w13, (e, slice(F, 2 * F)), (F, D))
+            slots[prefix + down + ".weight"] = Slot(w2, (e,), (D, F))
+    slots["model.norm.weight"] = Slot("norm.weight", (), (D,))
+    if not config.tie_word_embeddings:
+        slots["lm_head.weight"] = Slot("lm_head.weight", (), (V, D))
+    return slots
+
+
 def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     """Our parameters under Hugging Face names (Mixtral when E > 1, else Llama)."""
-    cfg = model.config
-    out: dict[str, torch.Tensor] = {"model.embed_tokens.weight": model.embed.weight}
-    q_rows, kv_rows = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    for i, layer in enumerate(model.layers):
-        p = f"model.layers.{i}."
-        q, k, v = layer.attn.qkv.weight.split([q_rows, kv_rows, kv_rows])
-        out[p + "input_layernorm.weight"] = layer.attn_norm.weight
-        out[p + "self_attn.q_proj.weight"] = q
-        out[p + "self_attn.k_proj.weight"] = k
-        out[p + "self_attn.v_proj.weight"] = v
-        out[p + "self_attn.o_proj.weight"] = layer.attn.o_proj.weight
-        out[p + "post_attention_layernorm.weight"] = layer.ffn_norm.weight
-        experts = layer.moe.experts
-        gate_EFD, up_EFD = experts.w13_EFD.chunk(2, dim=1)
-        if cfg.is_moe:
-            out[p + "block_sparse_moe.gate.weight"] = layer.moe.router.weight
-            for e in range(cfg.num_experts):
-                q_ = p + f"block_sparse_moe.experts.{e}."
-                out[q_ + "w1.weight"] = gate_EFD[e]
-                out[q_ + "w3.weight"] = up_EFD[e]
-                out[q_ + "w2.weight"] = experts.w2_EDF[e]
-        else:
-            out[p + "mlp.gate_proj.weight"] = gate_EFD[0]
-            out[p + "mlp.up_proj.weight"] = up_EFD[0]
-            out[p + "mlp.down_proj.weight"] = experts.w2_EDF[0]
-    out["model.norm.weight"] = model.norm.weight
-    if not cfg.tie_word_embeddings:
-        out["lm_head.weight"] = model.lm_head.weight
-    return {name: t.contiguous() for name, t in out.items()}
+    return {
+        name: model.get_parameter(slot.param)[slot.index].contiguous()
+        for name, slot in hf_slots(model.config).items()
+    }
 
 
-def _take(tensors: dict[str, torch.Tensor], name: str, shape: tuple[int, ...], source: str) -> torch.Tensor:
-    if name not in tensors:
-        raise CheckpointError(f"{source}: tensor {name!r} is missing")
-    t = tensors.pop(name)
-    if tuple(t.shape) != shape:
-        raise CheckpointError(f"{source}: tensor {name!r} has shape {tuple(t.shape)}, config says {shape}")
-    return t
+def ignored_checkpoint_tensor(name: str, config: ModelConfig) -> bool:
+    """Tensors a checkpoint may carry that the model does not: rotary tables, and the head's copy
+    in a tied checkpoint."""
+    return bool(re.search(r"rotary_emb\.inv_freq$", name)) or (config.tie_word_embeddings and name == "lm_head.weight")
 
 
 def load_hf_state_dict(model: Transformer, tensors: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
-    """Copies HF-named tensors into `model`; errors name missing, misshapen and unexpected tensors."""
-    cfg = model.config
-    tensors = dict(tensors)
-    D, F, E = cfg.hidden_size, cfg.intermediate_size, cfg.num_experts
-    q_rows, kv_rows = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    with torch.no_grad():
-        model.embed.weight.copy_(_take(tensors, "model.embed_tokens.weight", (cfg.vocab_size, D), source))
-        for i, layer in enumerate(model.layers):
-            p = f"model.layers.{i}."
-            layer.attn_norm.weight.copy_(_take(tensors, p + "input_layernorm.weight", (D,), source))
-            qkv = [
-                _take(tensors, p + "self_attn.q_proj.weight", (q_rows, D), source),
-                _take(tensors, p + "self_attn.k_proj.weight", (kv_rows, D), source),
-                _take(tensors, p + "self_attn.v_proj.weight", (kv_rows, D), source),
-            ]
-            layer.attn.qkv.weight.copy_(torch.cat(qkv))
-            layer.attn.o_proj.weight.copy_(_take(tensors, p + "self_attn.o_proj.weight", (D, q_rows), source))
-            layer.ffn_norm.weight.copy_(_take(tensors, p + "post_attention_layernorm.weight", (D,), source))
-            experts = layer.moe.experts
-            if cfg.is_moe:
-                m = p + "block_sparse_moe."
-                layer.moe.router.weight.copy_(_take(tensors, m + "gate.weight", (E, D), source))
-                names = [(m + f"experts.{e}.w1.weight", m + f"experts.{e}.w3.weight",
-                          m + f"experts.{e}.w2.weight") for e in range(E)]
-            else:
-                names = [(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight", p + "mlp.down_proj.weight")]
-            for e, (w1, w3, w2) in enumerate(names):
-                experts.w13_EFD[e, :F].copy_(_take(tensors, w1, (F, D), source))
-                experts.w13_EFD[e, F:].copy_(_take(tensors, w3, (F, D), source))
-                experts.w2_EDF[e].copy_(_take(tensors, w2, (D, F), source))
-        model.norm.weight.copy_(_take(tensors, "model.norm.weight", (D,), source))
-        if not cfg.tie_word_embeddings:
-            model.lm_head.weight.copy_(_take(tensors, "lm_head.weight", (cfg.vocab_size, D), source))
-    tensors.pop("lm_head.weight", None)  # tied checkpoints may still carry a copy
-    leftovers = sorted(n for n in tensors if not re.search(r"rotary_emb\.inv_freq$", n))
+    """Copies HF-named tensors into `model`; errors name missing, misshapen and unexpected
+    tensors, and come before the first write."""
+    slots = hf_slots(model.config)
+    for name, slot in slots.items():
+        if name not in tensors:
+            raise CheckpointError(f"{source}: tensor {name!r} is missing")
+        if tuple(tensors[name].shape) != slot.shape:
+            raise CheckpointError(
+                f"{source}: tensor {name!r} has shape {tuple(tensors[name].shape)}, config says {slot.shape}"
+            )
+    leftovers = sorted(n for n in tensors if n not in slots and not ignored_checkpoint_tensor(n, model.config))
     if leftovers:
         raise CheckpointError(f"{source}: unexpected tensors {leftovers[:5]} (and {max(0, len(leftovers) - 5)} more)")
+    with torch.no_grad():
+        for name, slot in slots.items():
+            model.get_parameter(slot.param)[slot.index].copy_(tensors[name])
 
 
 # ---- files --------------------------------------------------------------------------------------

@@ -32,12 +32,24 @@ def kv_dtype(name: str | torch.dtype) -> torch.dtype:
 
 
 class KVCache:
+    """Keys and values are valid only for the weights that computed them, `weight_version`:
+    the engine calls `reset` on each weight load (a reload under the same version number is still
+    new weights), and the prefix cache keys its blocks by (version, resets)."""
+
     def __init__(self, config: ModelConfig, rows: int, max_len: int, dtype: torch.dtype,
-                 device: torch.device | str = "cpu") -> None:
+                 device: torch.device | str = "cpu", weight_version: int = 0) -> None:
         shape = (rows, config.num_kv_heads, max_len, config.head_dim)
         self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
         self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
         self.rows, self.max_len, self.dtype = rows, max_len, dtype
+        self.weight_version = weight_version
+        self.resets = 0
+        """How many times the contents were invalidated (weight loads)."""
+
+    def reset(self, weight_version: int) -> None:
+        """Invalidates every row: from now on entries belong to `weight_version`."""
+        self.weight_version = weight_version
+        self.resets += 1
 
     @property
     def bytes_per_position(self) -> int:

@@ -66,17 +66,35 @@ class KVCache:
     position of every new token, so rows of different lengths decode together. Pages are touched
     only as they fill (torch.empty), so a long `max_len` costs address space, not memory.
     Rows decoded together read each other's attended span (masked): `make_finite` first.
+
+    Keys and values are valid only for the weights that computed them, `weight_version`. Today
+    nothing outlives its request; the rule for anything that will be reused across requests (a
+    prefix cache): key every entry by `weight_version` and drop every entry in `reset`, which
+    the engine calls on each weight load (whatever the version numbers: a reload of the same
+    version number is still new weights).
     """
 
     ZERO_CHUNK = 256
     """Positions zeroed at a time by make_finite (it runs once per chunk, not per step)."""
 
-    def __init__(self, config: ModelConfig, rows: int, max_len: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self, config: ModelConfig, rows: int, max_len: int, dtype: torch.dtype, device: torch.device | str = "cpu",
+        weight_version: int = 0,
+    ) -> None:
         shape = (rows, config.num_kv_heads, max_len, config.head_dim)
         self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
         self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
         self.rows, self.max_len = rows, max_len
+        self.weight_version = weight_version
+        self.resets = 0
+        """How many times the contents were invalidated (weight loads)."""
         self._finite_upto = [0] * rows  # per row: positions below were written or zeroed
+
+    def reset(self, weight_version: int) -> None:
+        """Invalidates every row: from now on entries belong to `weight_version`. (Finiteness
+        bookkeeping survives: it is about the memory, not the weights.)"""
+        self.weight_version = weight_version
+        self.resets += 1
 
     def make_finite(self, row: int, length: int, upto: int) -> None:
         """Zeroes row `row`'s never-written positions in [length, upto) (and a chunk beyond).

@@ -5,10 +5,17 @@ Routing follows Mixtral: softmax over all experts in fp32, keep the top k, renor
 weights to sum to 1. With every expert equal (an upcycled dense model) the output is therefore
 exactly the dense FFN whatever the router says.
 
+Routing replay (RL, "R3"): given experts replace the top-k choice and their weights are the same
+softmax renormalised over the given experts (equal to a softmax of the router logits restricted
+to them), so the router still gets gradients; given the router's own choice, the weights are
+bit-identical to plain routing. A position given -1 is routed by the router. The router logits
+come back for a load-balancing or z-loss (`load_balancing_loss`, `router_z_loss`).
+
 Legend: N tokens, D model width, F expert hidden width, E experts, k experts per token,
 M = N * k routed rows sorted by expert.
 
-    y_ND, experts_Nk = MoE(config)(x_ND)
+    y_ND, experts_Nk, router_logits_NE = MoE(config)(x_ND)
+    y_ND, experts_Nk, router_logits_NE = MoE(config)(x_ND, given_experts_Nk)   # replay
 """
 
 from __future__ import annotations
@@ -55,10 +62,49 @@ class Router(nn.Module):
         self.top_k = config.top_k
         self.weight = nn.Parameter(torch.empty(config.num_experts, config.hidden_size))
 
-    def forward(self, x_ND: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Returns (weights_Nk in x's dtype, experts_Nk int64)."""
-        weights_Nk, experts_Nk = route(F.linear(x_ND, self.weight), self.top_k)
-        return weights_Nk.to(x_ND.dtype), experts_Nk
+    def forward(
+        self, x_ND: torch.Tensor, given_experts_Nk: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Returns (weights_Nk in x's dtype, experts_Nk int64, logits_NE fp32). With
+        `given_experts_Nk` (int, -1 for "the router's choice" on whole rows), those experts."""
+        logits_NE = F.linear(x_ND, self.weight).float()
+        probs_NE = logits_NE.softmax(dim=-1)
+        weights_Nk, experts_Nk = probs_NE.topk(self.top_k, dim=-1)
+        if given_experts_Nk is not None:
+            given = given_experts_Nk.to(experts_Nk.device, torch.long)
+            experts_Nk = torch.where(given[:, :1] >= 0, given, experts_Nk)
+            weights_Nk = probs_NE.gather(-1, experts_Nk)
+        weights_Nk = weights_Nk / weights_Nk.sum(dim=-1, keepdim=True)
+        return weights_Nk.to(x_ND.dtype), experts_Nk, logits_NE
+
+
+def check_given_experts(given_Nk: torch.Tensor, num_experts: int, top_k: int) -> None:
+    """Raises ValueError unless each row holds k distinct experts in [0, E), or is all -1."""
+    if given_Nk.dtype.is_floating_point or given_Nk.dtype == torch.bool or given_Nk.shape[-1] != top_k:
+        raise ValueError(f"given experts must be integers with {top_k} per position, got {given_Nk.dtype} {tuple(given_Nk.shape)}")
+    routed = given_Nk[:, 0] >= 0
+    if bool((given_Nk[~routed] != -1).any()):
+        raise ValueError("a position's given experts are all -1 (the router chooses) or none is")
+    chosen = given_Nk[routed].long().sort(dim=-1).values
+    if chosen.numel() and (int(chosen.max()) >= num_experts or int(chosen.min()) < 0):
+        raise ValueError(f"given experts must be in [0, {num_experts}), got {int(chosen.min())}..{int(chosen.max())}")
+    if bool((chosen[:, 1:] == chosen[:, :-1]).any()):
+        raise ValueError("a position was given the same expert twice")
+
+
+def load_balancing_loss(router_logits_NE: torch.Tensor, experts_Nk: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """The Switch/Mixtral auxiliary loss of one layer, E * sum_e f_e * P_e: f_e the share of tokens
+    routed to expert e (among their k; the f_e sum to k), P_e the mean router probability of e
+    (transformers' `load_balancing_loss_func` for one layer, no padding mask). Gradients reach
+    the router through P only."""
+    probs_NE = router_logits_NE.float().softmax(dim=-1)
+    tokens_E = F.one_hot(experts_Nk.long(), num_experts).float().sum(dim=1).mean(dim=0)
+    return num_experts * (tokens_E * probs_NE.mean(dim=0)).sum()
+
+
+def router_z_loss(router_logits_NE: torch.Tensor) -> torch.Tensor:
+    """ST-MoE's z-loss: the mean squared log-sum-exp of the router logits."""
+    return router_logits_NE.float().logsumexp(dim=-1).square().mean()
 
 
 def route(logits_NE: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,22 +136,25 @@ class MoE(nn.Module):
         self.router = Router(config)
         self.experts = Experts(config)
 
-    def forward(self, x_ND: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Returns (y_ND, experts_Nk): the output and which experts each token was routed to."""
+    def forward(
+        self, x_ND: torch.Tensor, given_experts_Nk: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Returns (y_ND, experts_Nk, router_logits_NE): the output, which experts each token was
+        routed to, and the router's logits (None for a dense model, which has no router)."""
         N = x_ND.shape[0]
         if self.num_experts == 1:  # dense: the single expert's weight is exactly 1
             experts_Nk = x_ND.new_zeros(N, 1, dtype=torch.long)
-            return self.experts(x_ND, torch.tensor([N])), experts_Nk
-        weights_Nk, experts_Nk = self.router(x_ND)
+            return self.experts(x_ND, torch.tensor([N])), experts_Nk, None
+        weights_Nk, experts_Nk, logits_NE = self.router(x_ND, given_experts_Nk)
         if N == 1:
-            return self._one_token(x_ND, weights_Nk[0], experts_Nk[0]), experts_Nk
+            return self._one_token(x_ND, weights_Nk[0], experts_Nk[0]), experts_Nk, logits_NE
         flat_M = experts_Nk.flatten()
         order_M = flat_M.argsort(stable=True)
         token_M = order_M // self.top_k
         offsets_E = torch.bincount(flat_M, minlength=self.num_experts).cumsum(0)
         y_MD = self.experts(x_ND[token_M], offsets_E)
         y_MD = y_MD * weights_Nk.flatten()[order_M].unsqueeze(-1)
-        return torch.zeros_like(x_ND).index_add_(0, token_M, y_MD), experts_Nk
+        return torch.zeros_like(x_ND).index_add_(0, token_M, y_MD), experts_Nk, logits_NE
 
     def _one_token(self, x_1D: torch.Tensor, weights_k: torch.Tensor, experts_k: torch.Tensor) -> torch.Tensor:
         """Decoding one token: the same grouped matmul, with the bookkeeping done in Python."""

@@ -88,25 +88,20 @@ def error_body(message: str, type: str, param: str | None = None, code: str | No
 
 
 @dataclass(kw_only=True)
-class ChatRequest:
+class GenerationRequest:
+    """What chat and text completions share (`generation_fields` reads it from a body)."""
+
     model: str
-    messages: list[dict[str, Any]]
-    """Plain chat-template messages: role, content as a string (or None), tool_calls with dict
-    arguments, tool_call_id and name where given."""
     tools: list[dict[str, Any]] | None = None
     tool_choice: str = "auto"
     """"auto", "none" or "required"; a named function is "required" with `tool_name` set."""
     tool_name: str | None = None
-    max_tokens: int | None = None
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     stream: bool = False
     include_usage: bool = False
-    logprobs: bool = False
-    top_logprobs: int = 0
-    parallel_tool_calls: bool = True
     return_token_ids: bool = False
     return_routed_experts: bool = False
     constrained_tool_calls: bool = False
@@ -115,6 +110,26 @@ class ChatRequest:
     min_tokens: int = 0
     top_k: int = 0
     repetition_penalty: float = 1.0
+
+    def sampler(self, max_tokens: int, constraint: Any, stop: list[str], top_logprobs: int) -> SamplingParams:
+        return SamplingParams(
+            max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
+            stop=stop, top_logprobs=top_logprobs,
+            return_routing=self.return_routed_experts, speculative=self.speculative,
+            constraint=constraint, ignore_eos=self.ignore_eos, min_tokens=min(self.min_tokens, max_tokens),
+            top_k=self.top_k, repetition_penalty=self.repetition_penalty,
+        )
+
+
+@dataclass(kw_only=True)
+class ChatRequest(GenerationRequest):
+    messages: list[dict[str, Any]]
+    """Plain chat-template messages: role, content as a string (or None), tool_calls with dict
+    arguments, tool_call_id and name where given."""
+    max_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int = 0
+    parallel_tool_calls: bool = True
 
     @property
     def parses_tool_calls(self) -> bool:
@@ -128,13 +143,7 @@ class ChatRequest:
         stop = list(self.stop)
         if self.parses_tool_calls and not self.parallel_tool_calls:
             stop.append(CLOSE_TAG)
-        return SamplingParams(
-            max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
-            stop=stop, top_logprobs=self.top_logprobs,
-            return_routing=self.return_routed_experts, speculative=self.speculative,
-            constraint=constraint, ignore_eos=self.ignore_eos, min_tokens=min(self.min_tokens, max_tokens),
-            top_k=self.top_k, repetition_penalty=self.repetition_penalty,
-        )
+        return self.sampler(max_tokens, constraint, stop, self.top_logprobs)
 
 
 def _show(value: Any) -> str:
@@ -312,8 +321,8 @@ def _stop(value: Any) -> list[str]:
     return stops
 
 
-def _check_fields(body: dict[str, Any]) -> None:
-    unknown = sorted(k for k in body if k not in _KNOWN_FIELDS)
+def _check_fields(body: dict[str, Any], known: frozenset[str] = _KNOWN_FIELDS) -> None:
+    unknown = sorted(k for k in body if k not in known)
     if unknown:
         raise ProtocolError(f"Unrecognized request argument supplied: {unknown[0]}.", unknown[0])
     for key, neutral in _NO_OP_FIELDS.items():
@@ -337,6 +346,24 @@ def parse_chat_request(body: Any) -> ChatRequest:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _invalid("messages", "a non-empty list of messages", messages)
+    logprobs = bool(_bool(body, "logprobs", False))
+    top_logprobs = _int(body, "top_logprobs", 0, MAX_TOP_LOGPROBS) or 0
+    if top_logprobs and not logprobs:
+        raise ProtocolError("Invalid 'top_logprobs': needs 'logprobs' set to true.", "top_logprobs")
+    max_tokens = _int(body, "max_completion_tokens", 1, 2**31 - 1)
+    if max_tokens is None:
+        max_tokens = _int(body, "max_tokens", 1, 2**31 - 1)
+    return ChatRequest(
+        model=model, messages=[_message(m, i) for i, m in enumerate(messages)], max_tokens=max_tokens,
+        logprobs=logprobs, top_logprobs=top_logprobs,
+        parallel_tool_calls=bool(_bool(body, "parallel_tool_calls", True)),
+        **generation_fields(body),
+    )
+
+
+def generation_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """The fields chat and text completions share: tools (and the constraint on their calls),
+    sampling, streaming, and the vendor fields asking for token ids and routed experts."""
     tools = _tools(body.get("tools"))
     tool_choice, tool_name = _tool_choice(body.get("tool_choice"), tools)
     stream = bool(_bool(body, "stream", False))
@@ -345,11 +372,6 @@ def parse_chat_request(body: Any) -> ChatRequest:
         raise ProtocolError("Invalid 'stream_options': only allowed when 'stream' is true.", "stream_options")
     if options is not None and not isinstance(options, dict):
         raise _invalid("stream_options", "an object", options)
-    include_usage = bool(_bool(options or {}, "include_usage", False, "stream_options.include_usage"))
-    logprobs = bool(_bool(body, "logprobs", False))
-    top_logprobs = _int(body, "top_logprobs", 0, MAX_TOP_LOGPROBS) or 0
-    if top_logprobs and not logprobs:
-        raise ProtocolError("Invalid 'top_logprobs': needs 'logprobs' set to true.", "top_logprobs")
     temperature = _number(body, "temperature", 0.0, 2.0, 1.0)
     speculative = _bool(body, "speculative", None)
     if speculative and temperature > 0:
@@ -357,24 +379,19 @@ def parse_chat_request(body: Any) -> ChatRequest:
             f"Invalid 'speculative': speculative decoding is exact only for greedy decoding, "
             f"and temperature is {temperature:g} (set it to 0).", "speculative"
         )
-    max_tokens = _int(body, "max_completion_tokens", 1, 2**31 - 1)
-    if max_tokens is None:
-        max_tokens = _int(body, "max_tokens", 1, 2**31 - 1)
-    return ChatRequest(
-        model=model, messages=[_message(m, i) for i, m in enumerate(messages)], tools=tools,
-        tool_choice=tool_choice, tool_name=tool_name, max_tokens=max_tokens,
-        temperature=temperature, top_p=_number(body, "top_p", 0.0, 1.0, 1.0, open_lo=True),
-        seed=_int(body, "seed", -(2**63), 2**63 - 1), stop=_stop(body.get("stop")),
-        stream=stream, include_usage=include_usage, logprobs=logprobs, top_logprobs=top_logprobs,
-        parallel_tool_calls=bool(_bool(body, "parallel_tool_calls", True)),
-        return_token_ids=bool(_bool(body, "return_token_ids", False)),
-        return_routed_experts=bool(_bool(body, "return_routed_experts", False)),
-        constrained_tool_calls=bool(_bool(body, "constrained_tool_calls", bool(tools))) and bool(tools),
-        speculative=speculative, ignore_eos=bool(_bool(body, "ignore_eos", False)),
-        min_tokens=_int(body, "min_tokens", 0, 2**31 - 1) or 0,
-        top_k=max(0, _int(body, "top_k", -1, 2**31 - 1) or 0),  # vLLM's -1 and 0 both mean off
-        repetition_penalty=_number(body, "repetition_penalty", 0.0, 100.0, 1.0, open_lo=True),
-    )
+    return {
+        "tools": tools, "tool_choice": tool_choice, "tool_name": tool_name, "stream": stream,
+        "include_usage": bool(_bool(options or {}, "include_usage", False, "stream_options.include_usage")),
+        "temperature": temperature, "top_p": _number(body, "top_p", 0.0, 1.0, 1.0, open_lo=True),
+        "seed": _int(body, "seed", -(2**63), 2**63 - 1), "stop": _stop(body.get("stop")),
+        "return_token_ids": bool(_bool(body, "return_token_ids", False)),
+        "return_routed_experts": bool(_bool(body, "return_routed_experts", False)),
+        "constrained_tool_calls": bool(_bool(body, "constrained_tool_calls", bool(tools))) and bool(tools),
+        "speculative": speculative, "ignore_eos": bool(_bool(body, "ignore_eos", False)),
+        "min_tokens": _int(body, "min_tokens", 0, 2**31 - 1) or 0,
+        "top_k": max(0, _int(body, "top_k", -1, 2**31 - 1) or 0),  # vLLM's -1 and 0 both mean off
+        "repetition_penalty": _number(body, "repetition_penalty", 0.0, 100.0, 1.0, open_lo=True),
+    }
 
 
 # ---- model text -> content and tool calls -------------------------------------------------------
@@ -479,9 +496,12 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) ->
 
 
 def finish_reason(engine_reason: str, made_tool_calls: bool) -> str:
-    """The OpenAI finish reason: "tool_calls" when calls were made and the model stopped."""
+    """The OpenAI finish reason: "tool_calls" when calls were made and the model stopped;
+    "abort" (vLLM's word) when a weight load ended the completion (Engine.load_weights)."""
     if engine_reason == "stop" and made_tool_calls:
         return "tool_calls"
+    if engine_reason == "abort":
+        return "abort"
     return "length" if engine_reason == "length" else "stop"
 
 

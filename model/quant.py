@@ -19,6 +19,9 @@ ordinary GEMM instead: the int4 kernel is fastest for matrix-vector work, the GE
     from model.quant import quantize_model
     quantize_model(model, "int4")       # in place; inference only
 
+Weight updates (model/weights.py) re-quantize only the rows they change: quantization is per
+output row, so the other rows keep their values bit for bit (`requantized`).
+
 Legend: O output features, I input features, G groups along I, M rows, E experts.
 """
 
@@ -42,6 +45,33 @@ def supports_int4() -> bool:
     )
 
 
+CopyPair = tuple[torch.Tensor, torch.Tensor]
+"""(destination, source): a weight update applies as `destination.copy_(source)`."""
+RowUpdate = tuple[slice, torch.Tensor]
+"""New full-precision rows (output features) of a quantized matrix: (which rows, their weights)."""
+
+
+def quantize_int4(weight_OI: torch.Tensor, group_size: int = GROUP_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q_OI int32 in [0, 15], scales_and_zeros (G, O, 2) bf16). Row by row: quantizing some rows
+    alone gives exactly those rows of quantizing the whole matrix."""
+    num_out, num_in = weight_OI.shape
+    w_OGg = weight_OI.detach().float().reshape(num_out, num_in // group_size, group_size)
+    low, high = w_OGg.amin(-1, keepdim=True), w_OGg.amax(-1, keepdim=True)
+    scale = ((high - low) / 15).clamp(min=1e-12)
+    q_OI = ((w_OGg - low) / scale).round().clamp(0, 15).to(torch.int32).reshape(num_out, num_in)
+    zero = low + 8 * scale
+    # (G, O, 2): the kernel's layout for per-group scales and zero points.
+    scales_and_zeros = torch.stack([scale.squeeze(-1).t(), zero.squeeze(-1).t()], dim=-1)
+    return q_OI, scales_and_zeros.contiguous().to(torch.bfloat16)
+
+
+def quantize_int8(weight_OI: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q_OI int8, scale_O bf16), per output channel (row)."""
+    w = weight_OI.detach().float()
+    scale_O = (w.abs().amax(-1) / 127).clamp(min=1e-12)
+    return (w / scale_O.unsqueeze(-1)).round().clamp(-127, 127).to(torch.int8), scale_O.to(torch.bfloat16)
+
+
 class Int4Linear(nn.Module):
     def __init__(self, weight_OI: torch.Tensor, group_size: int = GROUP_SIZE) -> None:
         super().__init__()
@@ -51,17 +81,21 @@ class Int4Linear(nn.Module):
                 f"int4 needs input features ({num_in}) divisible by {group_size} and output features "
                 f"({num_out}) by 16"
             )
-        w_OGg = weight_OI.detach().float().reshape(num_out, num_in // group_size, group_size)
-        low, high = w_OGg.amin(-1, keepdim=True), w_OGg.amax(-1, keepdim=True)
-        scale = ((high - low) / 15).clamp(min=1e-12)
-        q_OI = ((w_OGg - low) / scale).round().clamp(0, 15).to(torch.int32).reshape(num_out, num_in)
-        zero = low + 8 * scale
+        q_OI, scales_and_zeros = quantize_int4(weight_OI, group_size)
         self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q_OI, 1))
-        # (G, O, 2): the kernel's layout for per-group scales and zero points.
-        scales_and_zeros = torch.stack([scale.squeeze(-1).t(), zero.squeeze(-1).t()], dim=-1)
-        self.register_buffer("scales_and_zeros", scales_and_zeros.contiguous().to(torch.bfloat16))
+        self.register_buffer("scales_and_zeros", scales_and_zeros)
         self.register_buffer("q_OI", q_OI.to(torch.uint8))  # for the many-row path
         self.in_features, self.out_features, self.group_size = num_in, num_out, group_size
+
+    def requantized(self, rows: list[RowUpdate]) -> list[CopyPair]:
+        """The buffers with `rows` replaced, re-quantized and re-packed, as copies into the live
+        buffers (shapes never change, so whatever holds them, the fused step included, sees the
+        new weights). Rows not named keep their quantized values exactly. Writes nothing."""
+        q_OI, scales_and_zeros = self.q_OI.to(torch.int32), self.scales_and_zeros.clone()
+        for where, weight in rows:
+            q_OI[where], scales_and_zeros[:, where] = quantize_int4(weight, self.group_size)
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q_OI, 1)
+        return [(self.packed, packed), (self.scales_and_zeros, scales_and_zeros), (self.q_OI, q_OI.to(torch.uint8))]
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         scale, zero = self.scales_and_zeros.to(dtype).unbind(-1)  # (G, O) each
@@ -81,11 +115,17 @@ class Int4Linear(nn.Module):
 class Int8Linear(nn.Module):
     def __init__(self, weight_OI: torch.Tensor) -> None:
         super().__init__()
-        w = weight_OI.detach().float()
-        scale_O = (w.abs().amax(-1) / 127).clamp(min=1e-12)
-        self.register_buffer("q_OI", (w / scale_O.unsqueeze(-1)).round().clamp(-127, 127).to(torch.int8))
-        self.register_buffer("scale_O", scale_O.to(torch.bfloat16))
-        self.in_features, self.out_features = w.shape[1], w.shape[0]
+        q_OI, scale_O = quantize_int8(weight_OI)
+        self.register_buffer("q_OI", q_OI)
+        self.register_buffer("scale_O", scale_O)
+        self.in_features, self.out_features = weight_OI.shape[1], weight_OI.shape[0]
+
+    def requantized(self, rows: list[RowUpdate]) -> list[CopyPair]:
+        """As Int4Linear.requantized, per output channel."""
+        q_OI, scale_O = self.q_OI.clone(), self.scale_O.clone()
+        for where, weight in rows:
+            q_OI[where], scale_O[where] = quantize_int8(weight)
+        return [(self.q_OI, q_OI), (self.scale_O, scale_O)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x_MI = x.reshape(-1, self.in_features)

@@ -2,13 +2,20 @@
 seeded generator, the sampled token's logprob and the top alternatives, and the optional
 tool-call constraint (model/constrained.py) that masks candidates which would break a call.
 
-Logprobs are those of the distribution the token was drawn from: log_softmax(logits / T), with
-T = 1 for greedy, after the repetition penalty and min_tokens' ban on stop tokens, before top-k
-and top-p truncation (what RL's importance ratios need).
+Logprobs (the "sampling" convention, the one session logs record and the trainer recomputes):
+log_softmax(logits / T) over the whole vocabulary, with T = 1 for greedy decoding, after the
+repetition penalty and min_tokens' ban on stop tokens, taken before top-k and top-p truncation
+and before the tool-call constraint.
+
+Each choice also says whether the constraint forced it: the constraint allowed only that one
+token, or it replaced the sampler's own choice (greedy: the best token was not allowed; sampling:
+the first draw was rejected). A forced token's probability under the policy is not what chose it,
+so training masks it (training/data.py).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +99,8 @@ class Choice:
     token: int
     logprob: float
     top: list[tuple[int, float]]
+    forced: bool = False
+    """The tool-call constraint chose this token (see the module docstring)."""
 
 
 class Sampler:
@@ -108,17 +117,20 @@ class Sampler:
         """The next token from `logits_V`; `banned` tokens cannot be chosen (min_tokens)."""
         p = self.params
         logprobs_V = torch.log_softmax(self._adjusted(logits_V, banned) / (p.temperature or 1.0), dim=-1)
+        constraint = p.constraint
+        constrained = constraint is not None and constraint.is_constraining
         if p.greedy:
-            token = self._first_allowed(logprobs_V, tokens_left)
+            token, replaced = self._first_allowed(logprobs_V, tokens_left, constrained)
         else:
-            token = self._sample(logprobs_V, tokens_left)
+            token, replaced = self._sample(logprobs_V, tokens_left, constrained)
         top: list[tuple[int, float]] = []
         if p.top_logprobs:
             values, ids = logprobs_V.topk(p.top_logprobs)
             top = list(zip(ids.tolist(), values.tolist()))
         if p.repetition_penalty != 1.0:
             self._seen.add(token)
-        return Choice(token, float(logprobs_V[token]), top)
+        forced = constrained and (replaced or _only_allowed(constraint, token, logprobs_V, tokens_left))
+        return Choice(token, float(logprobs_V[token]), top, forced)
 
     def _adjusted(self, logits_V: torch.Tensor, banned: frozenset[int] | set[int]) -> torch.Tensor:
         """The logits after the repetition penalty, with banned tokens at -inf."""
@@ -135,14 +147,16 @@ class Sampler:
             logits_V[torch.tensor(sorted(banned))] = float("-inf")
         return logits_V
 
-    def _first_allowed(self, logprobs_V: torch.Tensor, tokens_left: int) -> int:
-        constraint = self.params.constraint
-        if constraint is None or not constraint.is_constraining:
-            return int(logprobs_V.argmax())
+    def _first_allowed(self, logprobs_V: torch.Tensor, tokens_left: int, constrained: bool) -> tuple[int, bool]:
+        best = int(logprobs_V.argmax())
+        if not constrained:
+            return best, False
         # The model's 64 best, then the constraint's own shortest way forward.
-        return constraint.first_allowed(logprobs_V.topk(64).indices.tolist(), tokens_left)
+        token = self.params.constraint.first_allowed(_best(logprobs_V), tokens_left)
+        return token, token != best
 
-    def _sample(self, logprobs_V: torch.Tensor, tokens_left: int) -> int:
+    def _sample(self, logprobs_V: torch.Tensor, tokens_left: int, constrained: bool) -> tuple[int, bool]:
+        """The drawn token, and whether the constraint replaced the first draw."""
         probs_V = logprobs_V.exp()
         if 0 < self.params.top_k < probs_V.numel():
             kth = probs_V.topk(self.params.top_k).values[-1]
@@ -153,12 +167,27 @@ class Sampler:
             keep = sorted_p.cumsum(0) - sorted_p < self.params.top_p  # always keeps the top token
             probs_V = torch.zeros_like(probs_V).scatter_(0, order[keep], sorted_p[keep])
         constraint = self.params.constraint
-        for _ in range(32):
+        for attempt in range(32):
             token = int(torch.multinomial(probs_V, 1, generator=self.generator))
-            if constraint is None or not constraint.is_constraining or constraint.is_allowed(token, tokens_left):
-                return token
+            if not constrained or constraint.is_allowed(token, tokens_left):
+                return token, attempt > 0
             probs_V[token] = 0.0
             if float(probs_V.sum()) <= 0.0:
                 break
         # The model keeps proposing tokens the constraint forbids: take its best allowed one.
-        return constraint.first_allowed(logprobs_V.topk(64).indices.tolist(), tokens_left)
+        return constraint.first_allowed(_best(logprobs_V), tokens_left), True
+
+
+def _best(logprobs_V: torch.Tensor) -> list[int]:
+    """The model's 64 likeliest tokens, best first."""
+    return logprobs_V.topk(min(64, logprobs_V.numel())).indices.tolist()
+
+
+def _only_allowed(constraint: Any, token: int, logprobs_V: torch.Tensor, tokens_left: int) -> bool:
+    """Whether `token` is the one token the constraint allows now. The model's likeliest tokens
+    are tried first, so the usual answer (another is allowed) comes after a few checks; only a
+    state that admits a single token scans the whole vocabulary."""
+    for other in itertools.chain(_best(logprobs_V), range(len(constraint.table))):
+        if other != token and constraint.is_allowed(other, tokens_left):
+            return False
+    return True

@@ -27,7 +27,10 @@ class StreamEvent:
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     finished: bool = False
     finish_reason: str | None = None
-    """"stop" (end-of-turn token or stop string), "length", or "cancelled"."""
+    """"stop" (end-of-turn token or stop string), "length", "cancelled", or "abort" (a weight load
+    ended it: Engine.load_weights)."""
+    forced: list[bool] = field(default_factory=list)
+    """Per token: the tool-call constraint forced it (model/sampling.py)."""
 
 
 @dataclass
@@ -51,6 +54,10 @@ class Completion:
     """The stop string or token id that ended the completion, if one did."""
     cached_tokens: int = 0
     """Prompt tokens served from the prefix cache instead of computed."""
+    weight_version: int = 0
+    """The engine's weight version the whole completion ran on (Engine.load_weights)."""
+    forced: list[bool] = field(default_factory=list)
+    """Per generated token: the tool-call constraint forced it (model/sampling.py)."""
 
 
 class Sequence:
@@ -64,6 +71,7 @@ class Sequence:
         self.all_ids: list[int] = list(prompt_ids)
         self.out_ids: list[int] = []
         self.logprobs: list[float] = []
+        self.forced: list[bool] = []
         self.top: list[list[tuple[int, float]]] = []
         self.routing: list[torch.Tensor] = []
         """Routed experts of the decoded positions (when asked for)."""
@@ -113,7 +121,7 @@ class Sequence:
         for i in range(len(drafts) + 1):
             early = len(self.out_ids) < self.params.min_tokens  # stop tokens wait for min_tokens
             choice = self.sampler.choose(logits_SV[i], self.tokens_left, self.stop_ids if early else frozenset())
-            self._append(choice.token, choice.logprob, choice.top)
+            self._append(choice.token, choice.logprob, choice.top, choice.forced)
             if self.finish_reason is not None or i == len(drafts) or choice.token != drafts[i]:
                 break
             self.num_accepted += 1
@@ -130,10 +138,11 @@ class Sequence:
         self._draft_backoff = 1
         self.draft_limit = min(most, 2 * self.draft_limit) if accepted == drafted else max(2, accepted + 1)
 
-    def _append(self, token: int, logprob: float, top: list[tuple[int, float]]) -> None:
+    def _append(self, token: int, logprob: float, top: list[tuple[int, float]], forced: bool = False) -> None:
         self.all_ids.append(token)
         self.out_ids.append(token)
         self.logprobs.append(logprob)
+        self.forced.append(forced)
         if self.params.top_logprobs:
             self.top.append(top)
         if self.params.constraint is not None:
@@ -189,6 +198,7 @@ class Sequence:
             top_logprobs=self.top[self._emitted_tokens :],
             finished=self.finish_reason is not None,
             finish_reason=self.finish_reason,
+            forced=self.forced[self._emitted_tokens :],
         )
         self._emitted_tokens = len(self.out_ids)
         self._emitted_chars += len(text)
@@ -212,4 +222,5 @@ class Sequence:
             num_accepted_draft_tokens=self.num_accepted,
             stop_reason=self.stop_reason,
             cached_tokens=self.cached_tokens,
+            forced=self.forced,
         )

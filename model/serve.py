@@ -1,5 +1,6 @@
 """An OpenAI-compatible HTTP server for the engine (aiohttp): `/v1/chat/completions` (plain and
-streamed, tool calls, logprobs, token ids, routed experts), `/v1/models` and `/health`.
+streamed, tool calls, logprobs, token ids, routed experts), `/v1/completions` (token ids in and
+out, as vLLM serves them: model/serve_completions.py), `/v1/models` and `/health`.
 
     python -m model.serve [--model DIR] [--host 127.0.0.1] [--port 8000]
                           [--served-model-name composer-mini] [--max-batch 8] [--api-key KEY]
@@ -9,8 +10,11 @@ streamed, tool calls, logprobs, token ids, routed experts), `/v1/models` and `/h
         -d '{"model": "composer-mini", "messages": [{"role": "user", "content": "hi"}]}'
 
 Without --model it serves composer-mini (built on first use). With --api-key (or $COMPOSER_API_KEY)
-every /v1 request needs `Authorization: Bearer KEY`. In tests: `create_app(engine, name)` and an
-aiohttp AppRunner (tests/model/test_serve.py).
+every /v1 request needs `Authorization: Bearer KEY`. `--enable-weight-sync` adds
+`POST /v1/load_weights` for RL trainers (model/weight_sync.py: loopback only, with its own
+token). Every answer (a plain response, or a stream's chunk with the finish reason) carries a
+top-level `weight_version`: the engine's weights the whole completion ran on. In tests:
+`create_app(engine, name)` and an aiohttp AppRunner (tests/model/test_serve.py).
 
 Requests run concurrently: each is submitted to the engine, which batches them. A client that
 disconnects cancels its generation. The model's text goes through model.toolcalls'
@@ -29,6 +33,8 @@ import hmac
 import json
 import logging
 import os
+import secrets
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -37,6 +43,7 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
+from model import weight_sync
 from model.constrained import ToolCallConstraint
 from model.engine import PREFILL_CHUNK, PREFIX_CACHE_GB, ContextLengthError, Engine
 from model.home import DEFAULT_MODEL
@@ -244,14 +251,18 @@ def _submit(state: ServerState, prompt: list[int], params: Any) -> _Generation:
         raise ProtocolError(str(err), "messages", code="context_length_exceeded") from None
 
 
+def check_model(state: ServerState, name: str) -> None:
+    if name != state.model_name:
+        raise ProtocolError(
+            f"Invalid 'model': the model '{name}' does not exist; this server serves "
+            f"'{state.model_name}'.", "model", code="model_not_found", status=404,
+        )
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     chat = parse_chat_request(await _read_body(request))
-    if chat.model != state.model_name:
-        raise ProtocolError(
-            f"Invalid 'model': the model '{chat.model}' does not exist; this server serves "
-            f"'{state.model_name}'.", "model", code="model_not_found", status=404,
-        )
+    check_model(state, chat.model)
     prompt, params = _prepare(state, chat)
     meta = ResponseMeta(model=state.model_name)
     state.in_flight += 1
@@ -284,7 +295,8 @@ def _experts(done: Completion) -> list[Any] | None:
 
 def _completion_body(state: ServerState, chat: ChatRequest, meta: ResponseMeta, done: Completion) -> dict[str, Any]:
     content, calls = split_tool_text(done.text, chat.parses_tool_calls, chat.parallel_tool_calls)
-    extra, extra_choice = {}, {}
+    extra: dict[str, Any] = {"weight_version": done.weight_version}
+    extra_choice = {}
     if chat.return_token_ids:
         extra["prompt_token_ids"] = done.prompt_ids
         extra_choice["token_ids"] = done.token_ids
@@ -333,7 +345,8 @@ class _ChunkStream:
         chunks = self._deltas(self.splitter.finish())
         extra_choice = {"routed_experts": _experts(done)} if self.chat.return_routed_experts else None
         reason = finish_reason(done.finish_reason, bool(self.splitter.calls))
-        chunks.append(self._chunk({}, finish_reason=reason, extra_choice=extra_choice))
+        version = {"weight_version": done.weight_version}
+        chunks.append(self._chunk({}, finish_reason=reason, extra=version, extra_choice=extra_choice))
         if self.chat.include_usage:
             totals = usage(len(done.prompt_ids), len(done.token_ids), done.cached_tokens)
             chunks.append(chat_chunk(self.meta, None, usage=totals, include_usage=True))
@@ -385,17 +398,30 @@ async def _stream(
     request: web.Request, state: ServerState, chat: ChatRequest, meta: ResponseMeta, prompt: list[int], params: Any
 ) -> web.StreamResponse:
     generation = _submit(state, prompt, params)
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     chunks = _ChunkStream(state, chat, meta, prompt)
+    return await stream_events(
+        request, generation, meta, [chunks.start()],
+        lambda item: chunks.finish(item) if isinstance(item, Completion) else chunks.on_event(item),
+    )
+
+
+async def stream_events(
+    request: web.Request, generation: _Generation, meta: ResponseMeta, first: list[dict[str, Any]],
+    chunks_of: Callable[[StreamEvent | Completion], list[dict[str, Any]]],
+) -> web.StreamResponse:
+    """A server-sent event stream: `first`, then the chunks of each engine event and of the
+    completion, then `[DONE]`. A client that leaves cancels the generation; an error after the
+    headers went out is sent as an error event."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     try:
         await response.prepare(request)
-        await response.write(_sse(chunks.start()))
+        for chunk in first:
+            await response.write(_sse(chunk))
         while True:
             item = await generation.next(request)
-            done = isinstance(item, Completion)
-            for chunk in chunks.finish(item) if done else chunks.on_event(item):
+            for chunk in chunks_of(item):
                 await response.write(_sse(chunk))
-            if done:
+            if isinstance(item, Completion):
                 break
         await response.write(_sse("[DONE]"))
     except (ClientGone, ConnectionError):
@@ -411,13 +437,21 @@ async def _stream(
     return response
 
 
-def create_app(engine: Engine, model_name: str = DEFAULT_MODEL, api_key: str | None = None) -> web.Application:
-    """The server as an aiohttp application (it does not own the engine: close it yourself)."""
+def create_app(
+    engine: Engine, model_name: str = DEFAULT_MODEL, api_key: str | None = None, weight_sync_token: str | None = None
+) -> web.Application:
+    """The server as an aiohttp application (it does not own the engine: close it yourself).
+    A `weight_sync_token` turns on the weight-sync route (model/weight_sync.py)."""
     app = web.Application(middlewares=[_errors, _auth], client_max_size=MAX_BODY_BYTES)
     app[STATE] = ServerState(engine, model_name, api_key)
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", list_models)
     app.router.add_post("/v1/chat/completions", chat_completions)
+    if weight_sync_token is not None:
+        weight_sync.register(app, engine, weight_sync_token)
+    from model.serve_completions import completions  # it builds on this module's pieces
+
+    app.router.add_post("/v1/completions", completions)
     return app
 
 
@@ -440,9 +474,22 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"most prompt tokens per step while other requests decode (default {PREFILL_CHUNK})")
     parser.add_argument("--api-key", default=os.environ.get("COMPOSER_API_KEY"),
                         help="require 'Authorization: Bearer KEY' (default: $COMPOSER_API_KEY)")
+    parser.add_argument("--enable-weight-sync", action="store_true",
+                        help="serve POST /v1/load_weights (loopback --host only; see model/weight_sync.py)")
+    parser.add_argument("--weight-sync-token", default=os.environ.get(weight_sync.TOKEN_ENV),
+                        help=f"its token (default: ${weight_sync.TOKEN_ENV}, else a random one, printed)")
     args = parser.parse_args(argv)
     if args.max_batch < 1:
         parser.error(f"--max-batch must be at least 1, got {args.max_batch}")
+    sync_token = None
+    if args.enable_weight_sync:
+        try:
+            weight_sync.check_loopback(args.host)
+        except ValueError as err:
+            parser.error(str(err))
+        sync_token = args.weight_sync_token or secrets.token_urlsafe(24)
+        if not args.weight_sync_token:
+            print(f"weight sync: {weight_sync.TOKEN_HEADER}: {sync_token}", file=sys.stderr, flush=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.prefix_cache_gb < 0 or args.prefill_chunk < 1:
         parser.error("--prefix-cache-gb must be >= 0 and --prefill-chunk >= 1")
@@ -450,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         args.model, max_batch=args.max_batch, quantize=args.quantize, kv_cache_dtype=args.kv_cache_dtype,
         prefix_cache_gb=args.prefix_cache_gb, prefill_chunk=args.prefill_chunk,
     )
-    app = create_app(engine, args.served_model_name, api_key=args.api_key)
+    app = create_app(engine, args.served_model_name, api_key=args.api_key, weight_sync_token=sync_token)
     log.info("serving %s on http://%s:%d/v1", args.served_model_name, args.host, args.port)
     try:
         web.run_app(app, host=args.host, port=args.port, handler_cancellation=True, print=None)

@@ -7,6 +7,9 @@ and vLLM render it.
     ids = tok.encode_chat([{"role": "user", "content": "hi"}])
     stream = tok.incremental_decoder()
     text = "".join(stream.feed(i) for i in ids) + stream.flush()
+    completion = [...]                               # the ids the model sampled after `ids`
+    more = tok.encode_continuation([{"role": "tool", "content": "ok"}], last_token=completion[-1])
+    next_prompt = ids + completion + more            # token-native: no old turn is re-rendered
 
 Try it: `python -m model.tokenizer DIR "some text"` prints the ids and the pieces.
 
@@ -15,6 +18,15 @@ is split off on its own, then the GPT-2 byte-level regex runs on the stretches b
 no prefix space. transformers' own GGUF loader drops the digit split for `smollm`, which changes the
 ids of a whitespace run before a digit (`"x  1"`) and of a space before a non-ASCII numeral
 (`" \u00b2"`); the tests check ours against llama.cpp's rule spelled out.
+
+Token-native conversations (`encode_continuation`): after a completion, the next prompt is the
+previous prompt's ids, the completion's ids as sampled, and the encoding of only what the chat
+template adds for the new messages: the rest of the assistant turn's closing (ChatML: the `\n`
+after `<|im_end|>` when the completion ended with that token, else `<|im_end|>\n` too), the new
+messages, and the generation prompt. The text is found by rendering a fixed probe conversation
+with and without the new messages; a template that rewrites earlier turns (the probe is then not
+a prefix) raises `TemplateRewritesHistory`. Special tokens split the text, so where the
+completion ends with the end-of-turn token, these ids equal the full template's encoding.
 """
 
 from __future__ import annotations
@@ -101,6 +113,15 @@ def compile_chat_template(source: str) -> jinja2.Template:
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     return env.from_string(source)
+
+
+_PROBE = "\u2063composer-probe\u2063"
+"""The probe assistant turn's content: found back in the rendered text, never in the template."""
+
+
+class TemplateRewritesHistory(ValueError):
+    """The chat template renders earlier turns differently once new messages follow them, so the
+    next prompt cannot extend the previous one token for token."""
 
 
 def _plain(value: Any) -> Any:
@@ -328,6 +349,49 @@ class Tokenizer:
             documents=None, add_generation_prompt=add_generation_prompt, **{**special, **kwargs},
         )
 
+    def render_continuation(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        closed_with: str | None = None,
+    ) -> str:
+        """The text the template adds after an assistant turn's content for `messages` (tool
+        results, user messages), the generation prompt included. `closed_with`: the special
+        token the completion ended with (`<|im_end|>`), when the turn's closing starts with it."""
+        key = json.dumps(_plain(list(tools)) if tools is not None else None)
+        before, closing = self._probe(key)
+        probe = [*_PROBE_TURNS, *messages]
+        after = self.render_chat(probe, tools, add_generation_prompt=True)
+        if not after.startswith(before):
+            raise TemplateRewritesHistory(
+                "the chat template renders earlier turns differently once new messages follow")
+        if closed_with and closing.startswith(closed_with):
+            closing = closing[len(closed_with):]
+        return closing + after[len(before):]
+
+    def encode_continuation(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        last_token: int | None = None,
+    ) -> list[int]:
+        """The ids that extend a conversation whose last sampled token is `last_token` with
+        `messages` and the generation prompt (module docstring)."""
+        closed_with = None
+        if last_token is not None and last_token in self.special_token_ids:
+            closed_with = self.decode([last_token])
+        return self.encode(self.render_continuation(messages, tools, closed_with=closed_with))
+
+    @functools.lru_cache(maxsize=16)  # noqa: B019 (a tokenizer lives as long as its engine)
+    def _probe(self, tools_key: str) -> tuple[str, str]:
+        """The probe conversation rendered (without a generation prompt), and what follows the
+        assistant turn's content in it: the turn's closing."""
+        tools = json.loads(tools_key)
+        before = self.render_chat(_PROBE_TURNS, tools, add_generation_prompt=False)
+        return before, before[before.rindex(_PROBE) + len(_PROBE):]
+
     def encode_chat(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -336,6 +400,10 @@ class Tokenizer:
         **kwargs: Any,
     ) -> list[int]:
         return self.encode(self.render_chat(messages, tools, add_generation_prompt, **kwargs))
+
+
+_PROBE_TURNS = ({"role": "system", "content": "S"}, {"role": "user", "content": "U"},
+                {"role": "assistant", "content": _PROBE})
 
 
 class IncrementalDecoder:

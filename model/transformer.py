@@ -5,6 +5,14 @@ routed SwiGLU MoE, a final RMSNorm and the output head.
     out = model(input_ids_BS)                                   # full causal forward (training)
     out = model(ids_BS, positions_BS=pos, cache=kv, attend_len=T, logits_at=idx)   # engine
 
+Training with routing replay: `given_experts_BSLk` forces each position's experts per layer (the
+rollout's `Completion.routed_experts`, model/moe.py says how the gate weights follow), the router
+logits come back for an auxiliary loss, and gradient checkpointing recomputes each block in the
+backward pass instead of keeping its activations:
+
+    out = model(ids_BS, given_experts_BSLk=experts, return_router_logits=True, gradient_checkpointing=True)
+    logprobs_C = completion_logprobs(model, prompt_ids, completion.token_ids, completion.routed_experts)
+
 Legend: B rows, S positions this call, T attended cache positions, D width, V vocab, L layers,
 k experts per token.
 """
@@ -15,10 +23,11 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from model.config import ModelConfig
 from model.layers import Attention, KVCache, RMSNorm, Rotary
-from model.moe import MoE
+from model.moe import MoE, check_given_experts
 
 
 @dataclass
@@ -27,6 +36,8 @@ class ForwardOutput:
     """(B, S, V), or (B, len(logits_at), V) when only some positions were asked for."""
     routing_BSLk: torch.Tensor | None = None
     """Experts each position was routed to, per layer (when asked for)."""
+    router_logits_BSLE: torch.Tensor | None = None
+    """The router's fp32 logits per position and layer (when asked for; MoE models only)."""
 
 
 class Block(nn.Module):
@@ -37,11 +48,14 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.moe = MoE(config)
 
-    def forward(self, x_BSD, rope, cache=None, positions_BS=None, attend_len=0):
+    def forward(self, x_BSD, rope, cache=None, positions_BS=None, attend_len=0, given_experts_BSk=None):
+        """Returns (x_BSD, experts_BSk, router_logits_BSE or None)."""
         x_BSD = x_BSD + self.attn(self.attn_norm(x_BSD), rope, cache, positions_BS, attend_len)
         B, S, D = x_BSD.shape
-        y_ND, experts_Nk = self.moe(self.ffn_norm(x_BSD).view(B * S, D))
-        return x_BSD + y_ND.view(B, S, D), experts_Nk.view(B, S, -1)
+        given_Nk = None if given_experts_BSk is None else given_experts_BSk.reshape(B * S, -1)
+        y_ND, experts_Nk, logits_NE = self.moe(self.ffn_norm(x_BSD).view(B * S, D), given_Nk)
+        logits_BSE = None if logits_NE is None else logits_NE.view(B, S, -1)
+        return x_BSD + y_ND.view(B, S, D), experts_Nk.view(B, S, -1), logits_BSE
 
 
 class Transformer(nn.Module):
@@ -86,28 +100,95 @@ class Transformer(nn.Module):
         write_at_BS: torch.Tensor | None = None,
         logits_at: torch.Tensor | None = None,
         return_routing: bool = False,
+        *,
+        given_experts_BSLk: torch.Tensor | None = None,
+        return_router_logits: bool = False,
+        gradient_checkpointing: bool = False,
     ) -> ForwardOutput:
         """`cache` with `positions_BS` and `attend_len`: incremental decoding into the cache rows
         `rows` (default the first B); `write_at_BS` redirects cache writes (see Attention).
         `logits_at` (B, P): compute the head only at these positions of each row; the head is
-        the largest matmul per token, so prefill asks for the last position alone."""
+        the largest matmul per token, so prefill asks for the last position alone.
+
+        Training: `given_experts_BSLk` (B, S, L, k) integer experts per position and layer
+        replace the router's choice (-1 on a whole (position, layer): the router's own);
+        `return_router_logits` fills `router_logits_BSLE`; `gradient_checkpointing` recomputes
+        each block in the backward pass (no cache)."""
         B, S = input_ids_BS.shape
         if positions_BS is None:
             positions_BS = torch.arange(S, device=input_ids_BS.device).expand(B, S)
         limit = self.config.max_position_embeddings
         if int(positions_BS.max()) >= limit:
             raise ValueError(f"position {int(positions_BS.max())} exceeds the model's context of {limit} tokens")
+        if given_experts_BSLk is not None:
+            self._check_given_experts(given_experts_BSLk, B, S)
+        if gradient_checkpointing and cache is not None:
+            raise ValueError("gradient checkpointing is for training forwards; it takes no KV cache")
         x_BSD = self.embed(input_ids_BS)
         rope = self.rotary(positions_BS, x_BSD.dtype)
-        routing = []
+        routing, router_logits = [], []
         for i, layer in enumerate(self.layers):
             layer_cache = None
             if cache is not None:
                 rows = rows or slice(0, B)
                 layer_cache = (cache.k[i][rows], cache.v[i][rows], write_at_BS)
-            x_BSD, experts_BSk = layer(x_BSD, rope, layer_cache, positions_BS, attend_len)
+            given = None if given_experts_BSLk is None else given_experts_BSLk[:, :, i]
+            if gradient_checkpointing and torch.is_grad_enabled():
+                x_BSD, experts_BSk, logits_BSE = checkpoint(
+                    layer, x_BSD, rope, None, positions_BS, attend_len, given, use_reentrant=False
+                )
+            else:
+                x_BSD, experts_BSk, logits_BSE = layer(x_BSD, rope, layer_cache, positions_BS, attend_len, given)
             routing.append(experts_BSk)
+            router_logits.append(logits_BSE)
         if logits_at is not None:
             x_BSD = torch.gather(x_BSD, 1, logits_at.unsqueeze(-1).expand(-1, -1, x_BSD.shape[-1]))
         logits = self.lm_head(self.norm(x_BSD))
-        return ForwardOutput(logits, torch.stack(routing, dim=2) if return_routing else None)
+        return ForwardOutput(
+            logits,
+            torch.stack(routing, dim=2) if return_routing else None,
+            torch.stack(router_logits, dim=2) if return_router_logits and self.config.is_moe else None,
+        )
+
+    def _check_given_experts(self, given_BSLk: torch.Tensor, B: int, S: int) -> None:
+        cfg = self.config
+        expected = (B, S, cfg.num_layers, cfg.top_k)
+        if tuple(given_BSLk.shape) != expected:
+            raise ValueError(
+                f"given experts have shape {tuple(given_BSLk.shape)}; expected (B, S, layers, top_k) = {expected}"
+            )
+        check_given_experts(given_BSLk.reshape(-1, cfg.top_k), cfg.num_experts, cfg.top_k)
+
+
+def completion_logprobs(
+    model: Transformer,
+    prompt_ids: list[int],
+    completion_ids: list[int],
+    routed_experts: torch.Tensor | None = None,
+    *,
+    temperature: float = 1.0,
+    gradient_checkpointing: bool = False,
+) -> torch.Tensor:
+    """The trainer's logprob of each completion token: log_softmax(logits / T) at the position
+    before it, from one full forward over prompt + completion (all but the last token, which
+    is never fed), as the engine's sampler computes them (model/sampling.py). `routed_experts`
+    (positions, L, k) replays a rollout's routing (`Completion.routed_experts`, recorded with
+    `return_routing`). Returns (C,) fp32, differentiable when grad is enabled."""
+    if not completion_ids:
+        raise ValueError("the completion is empty")
+    fed = list(prompt_ids) + list(completion_ids)[:-1]
+    given = None
+    if routed_experts is not None:
+        if routed_experts.shape[0] != len(fed):
+            raise ValueError(
+                f"routed_experts covers {routed_experts.shape[0]} positions; prompt + completion - 1 "
+                f"= {len(fed)} were fed"
+            )
+        given = routed_experts.unsqueeze(0)
+    device = model.embed.weight.device
+    out = model(
+        torch.tensor([fed], device=device), given_experts_BSLk=given, gradient_checkpointing=gradient_checkpointing
+    )
+    logits_CV = out.logits[0, len(prompt_ids) - 1 :].float() / (temperature or 1.0)
+    targets = torch.tensor(completion_ids, device=device)
+    return logits_CV.log_softmax(dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)

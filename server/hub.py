@@ -250,6 +250,9 @@ class SessionHub:
         except asyncio.CancelledError:  # the request itself was cancelled ($/cancelRequest)
             session.cancel()
             result = await task
+        except Exception as err:  # the endpoint died, the disk filled: this turn, not the session
+            log.warning("session %s: the turn failed: %s", session.id, err, exc_info=err)
+            raise RequestError(f"the turn failed: {err}", INTERNAL_ERROR) from err
         return {"stopReason": result.stop_reason,
                 "_meta": {"composer": {"steps": result.steps, "toolCalls": result.tool_calls,
                                        "checkpoint": session.agent.turn_checkpoint}}}

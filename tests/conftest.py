@@ -62,3 +62,15 @@ def smollm2_dense_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(["dense", "--out", str(out)]) == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def real_tokenizer():
+    """composer-mini's tokenizer (SmolLM2's byte-level BPE and ChatML template), read from the
+    bundled GGUF's metadata: no checkpoint needed."""
+    from gguf import GGUFReader
+
+    from model.gguf_import import bundled_gguf_path
+    from model.tokenizer import Tokenizer
+
+    return Tokenizer.from_gguf_metadata(GGUFReader(bundled_gguf_path()))

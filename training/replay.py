@@ -1,11 +1,18 @@
-"""Replay a logged session: re-run its tool calls, in order and in their parallel groups, on a
-fresh copy of the workspace it started from, through the real tool registry, and report whether
-the end state matches what the log says (its `final_diff` records) and what the tests say.
+"""Replay a logged session: re-run its tool calls, in order and in their parallel groups, in a
+fresh training/envs environment over the workspace it started from, through the real tool
+registry, and report whether the end state matches what the log says (its `final_diff` records)
+and what the tests say; against a task, grade it with the task's hidden tests and write the grade
+to the log.
 
     python -m training.replay LOG.jsonl [--workspace-source DIR] [--tests CMD] [--keep DIR]
+    python -m training.replay LOG.jsonl --task TASKS.jsonl [--instance ID] [--no-write]
+        [--allow-unsandboxed]                   # below bubblewrap it refuses without this
     report = await replay_session(Path("LOG.jsonl"), workspace_source=None, tests="pytest -q")
+    report = await replay_session(Path("LOG.jsonl"), task=task)   # report["grade"]: a TaskGrade's JSON
 
 The starting snapshot, in order of preference:
+  0. `--task FILE`: the task's workspace, as `training.run` builds it (`tasks.base_spec`), for
+     `--instance ID` (default: the id in the log's header, or the file's only task);
   1. `--workspace-source DIR`: a copy of DIR (its .composer folder left out);
   2. the log's first `checkpoint` record, restored from the logged workspace's checkpoint store
      (.composer/checkpoints: gitignored files included), with the workspace's .git at the
@@ -19,11 +26,15 @@ What is compared:
     log writer makes them (the replay's path shown as the logged one, cut, redacted);
   * calls that write: only whether they failed; their effect is judged by the end state:
   * each `final_diff` record against the replay's diff from the matching checkpoint (checkpoint
-    records are re-taken at the same points); a log without one must leave no change.
+    records are re-taken at the same points), or, for one without a checkpoint (a task run's,
+    written by training.run), against the environment's diff; a log without one must leave no
+    change.
 Denied calls are skipped (they never ran). The report is JSON: `matches` (every final diff
 matches), `final_diffs`, `mismatches` (per call), `tests` (exit code and output tail of --tests,
-run in the sandbox on the replayed workspace), `source`, `notes`. Exit status: 0 when it
-matches, 1 when not, 2 when the log cannot be replayed.
+run in the environment's sandbox), `grade` (with --task: the replayed diff graded in a fresh view
+as training.run grades, also appended to the log as an `outcome` record, source "replay",
+unless --no-write), `source`, `notes`. Exit status: 0 when it matches, 1 when not, 2 when the log
+cannot be replayed.
 
 Tests: .venv/bin/python -m pytest tests/training/test_replay.py
 """
@@ -42,14 +53,15 @@ from pathlib import Path
 from typing import Any
 
 from agent.checkpoints import CheckpointStore
+from agent.isolation import UnsandboxedError
 from agent.loop import LoopConfig
 from agent.redact import redact, redact_obj
-from agent.sandbox import run_sandboxed
 from agent.session import default_tools
-from agent.session_log import MAX_RESULT_CHARS, read_session
-from agent.tools.base import ToolContext, ToolResult, truncate
-from agent.workspace import Workspace
-from training.tasks import TEST_ENV, TaskError, git
+from agent.session_log import MAX_RESULT_CHARS, SessionLog, SessionLogError, read_session
+from agent.tools.base import ToolResult, truncate
+from training.envs import Base, EnvError, Environment, Limits
+from training.run import grade_in, task_limits
+from training.tasks import Task, TaskError, base_spec, git, load_tasks
 
 EXCERPT_CHARS = 300
 
@@ -133,10 +145,13 @@ def _first_difference(logged: str, replayed: str) -> dict[str, Any]:
 
 
 class Replayer:
-    def __init__(self, workspace: str, dest: Path) -> None:
-        self.logged_root, self.dest = workspace, dest
+    """Re-runs a log's calls in an environment (its tools get the environment's sandbox limits)."""
+
+    def __init__(self, workspace: str, env: Environment) -> None:
+        self.logged_root, self.env, self.dest = workspace, env, env.root
+        dest = env.root
         self.registry = default_tools()
-        self.ctx = ToolContext(Workspace(dest))
+        self.ctx = env.tool_context()
         self.store = CheckpointStore(dest)
         self.start = self.store.create("replay start")
         self.checkpoints: dict[str, str] = {}
@@ -186,14 +201,15 @@ class Replayer:
         lock = asyncio.Lock()
         await asyncio.gather(*(self.run_one(r, lock) for r in records))
 
-    def check_diff(self, record: dict[str, Any]) -> None:
+    async def check_diff(self, record: dict[str, Any]) -> None:
         base = record.get("base_checkpoint_id")
         ours = self.checkpoints.get(base) if base else self.start.id
         entry: dict[str, Any] = {"base_checkpoint_id": base, "logged_chars": len(record["diff"])}
         if ours is None:
             self.final_diffs.append(entry | {"matches": False, "why": f"no checkpoint record {base!r} before it"})
             return
-        diff = self.store.unified_diff(ours)
+        # a diff without a checkpoint is an environment's (training.run): compare in its format
+        diff = await asyncio.to_thread(self.env.diff) if not base else self.store.unified_diff(ours)
         if record.get("truncated"):
             diff = diff[: LoopConfig().max_diff_chars]
         diff = redact(diff)
@@ -223,41 +239,82 @@ class Replayer:
                 else:
                     await self.store.arestore(ours)
             elif kind == "final_diff":
-                self.check_diff(record)
+                await self.check_diff(record)
+
+
+def _snapshot_base(header: dict[str, Any], records: list[dict[str, Any]], dest: Path,
+                   workspace_source: Path | None, notes: list[str]) -> tuple[Base, dict[str, Any]]:
+    source = prepare_workspace(header, records, dest, workspace_source, notes)
+    return Base.from_dir(dest, key=f"replay-{header.get('session_id', 'session')}"), source
 
 
 async def replay_session(log_path: Path, *, workspace_source: Path | None = None, tests: str | None = None,
-                         keep: Path | None = None, timeout_s: float = 600) -> dict[str, Any]:
-    """Replays the session of `log_path` and returns the report (see the module docstring)."""
+                         task: Task | None = None, write: bool = True, keep: Path | None = None,
+                         timeout_s: float = 600, state_dir: str | None = None,
+                         base_dir: str | None = None, allow_unsandboxed: bool = False) -> dict[str, Any]:
+    """Replays the session of `log_path` in an environment and returns the report (see the
+    module docstring); with `task`, grades the result and (when `write`) logs the grade.
+    Below bubblewrap it refuses (UnsandboxedError) unless `allow_unsandboxed`."""
     started = time.perf_counter()
     records = read_session(log_path)
     if not records or records[0].get("type") != "session" or not isinstance(records[0].get("workspace"), str):
         raise ReplayError(f"{log_path} does not start with a session header with a workspace "
                           f"(first record type: {records[0].get('type') if records else None!r})")
     header, notes = records[0], []
+    if keep is not None and Path(keep).exists():
+        raise ReplayError(f"--keep {keep} exists already; give a new path")
+    limits = task_limits(Limits(timeout_s=timeout_s))
     with tempfile.TemporaryDirectory(prefix="composer-replay-") as tmp:
-        dest = Path(keep) if keep is not None else Path(tmp) / "workspace"
-        if dest.exists():
-            raise ReplayError(f"--keep {dest} exists already; give a new path")
-        source = prepare_workspace(header, records, dest, workspace_source, notes)
-        replayer = Replayer(header["workspace"], dest)
-        await replayer.replay(records)
-        if not replayer.final_diffs:  # nothing logged: nothing may have changed
-            left = replayer.store.unified_diff(replayer.start.id)
-            replayer.final_diffs.append({"base_checkpoint_id": None, "logged_chars": 0, "replayed_chars": len(left),
-                                         "matches": left == "", "why": "the log has no final_diff: expects no change"})
-        outcome = None
-        if tests:
-            run = await run_sandboxed(tests, workspace_root=dest, timeout_s=timeout_s, env=TEST_ENV)
-            outcome = {"command": tests, "exit_code": run.exit_code, "passed": run.exit_code == 0,
-                       "timed_out": run.timed_out, "output_tail": run.output[-2000:]}
+        if task is not None:
+            base = await Base.build(base_spec(task), base_dir, allow_unsandboxed=allow_unsandboxed)
+            source = {"kind": "task", "instance_id": task.instance_id, "base": str(base.path)}
+        else:
+            base, source = _snapshot_base(header, records, Path(tmp) / "snapshot", workspace_source, notes)
+        async with await Environment.create(base, limits=limits, state_dir=state_dir,
+                                            allow_unsandboxed=allow_unsandboxed) as env:
+            replayer = Replayer(header["workspace"], env)
+            await replayer.replay(records)
+            if not replayer.final_diffs:  # nothing logged: nothing may have changed
+                left = await asyncio.to_thread(env.diff)
+                replayer.final_diffs.append({"base_checkpoint_id": None, "logged_chars": 0, "replayed_chars": len(left),
+                                             "matches": left == "", "why": "the log has no final_diff: expects no change"})
+            outcome = await _run_tests(env, tests) if tests else None
+            graded = await grade_in(env, task) if task is not None else None
+            if keep is not None:
+                await asyncio.to_thread(shutil.copytree, env.root, keep, symlinks=True,
+                                        ignore=shutil.ignore_patterns(".composer"))
+    if graded is not None and write:
+        with SessionLog.reopen(log_path) as log:
+            log.write("outcome", **(graded.outcome() | {"source": "replay"}))
     return {
         "log": str(log_path), "session_id": header.get("session_id"), "workspace": header["workspace"],
         "source": source, "matches": all(d["matches"] for d in replayer.final_diffs),
         "final_diffs": replayer.final_diffs, "calls": replayer.calls, "skipped": replayer.skipped,
-        "mismatches": replayer.mismatches, "tests": outcome, "notes": notes,
-        "kept": str(keep) if keep is not None else None, "seconds": round(time.perf_counter() - started, 3),
+        "mismatches": replayer.mismatches, "tests": outcome, "grade": graded.to_json() if graded else None,
+        "notes": notes, "kept": str(keep) if keep is not None else None,
+        "seconds": round(time.perf_counter() - started, 3),
     }
+
+
+async def _run_tests(env: Environment, command: str) -> dict[str, Any]:
+    run = await env.run(command)
+    return {"command": command, "exit_code": run.exit_code, "passed": run.exit_code == 0,
+            "timed_out": run.timed_out, "output_tail": run.output[-2000:]}
+
+
+def pick_task(path: Path, instance: str | None, header: dict[str, Any]) -> Task:
+    """The task to grade against: `instance`, else the log header's task_id, else the file's
+    only task."""
+    tasks = load_tasks(path)
+    wanted = instance or header.get("task_id")
+    if wanted is None:
+        if len(tasks) != 1:
+            raise ReplayError(f"{path} has {len(tasks)} tasks and the log names none: pass --instance ID")
+        return tasks[0]
+    found = [t for t in tasks if t.instance_id == wanted]
+    if not found:
+        raise ReplayError(f"no task {wanted!r} in {path}")
+    return found[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -265,13 +322,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("log", type=Path, help="the session log (JSONL)")
     parser.add_argument("--workspace-source", type=Path, help="the starting snapshot to copy")
     parser.add_argument("--tests", help="a shell command run in the sandbox on the replayed workspace")
-    parser.add_argument("--keep", type=Path, help="replay into this new directory and leave it there")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds for --tests")
+    parser.add_argument("--task", type=Path, help="a tasks .jsonl file: start from the task's workspace, grade with its tests")
+    parser.add_argument("--instance", help="the task's instance id (default: the log header's task_id)")
+    parser.add_argument("--no-write", action="store_true", help="do not append the grade to the log")
+    parser.add_argument("--keep", type=Path, help="copy the replayed workspace to this new directory")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds for each command (--tests, the grading tests)")
+    parser.add_argument("--allow-unsandboxed", action="store_true",
+                        help="replay even where the sandbox is weaker than bubblewrap (agent/isolation.py)")
     args = parser.parse_args(argv)
     try:
+        task = None
+        if args.task is not None:
+            task = pick_task(args.task, args.instance, next(iter(read_session(args.log, limit=1)), {}))
         report = asyncio.run(replay_session(args.log, workspace_source=args.workspace_source, tests=args.tests,
-                                            keep=args.keep, timeout_s=args.timeout))
-    except (ReplayError, TaskError, OSError) as err:
+                                            task=task, write=not args.no_write, keep=args.keep, timeout_s=args.timeout,
+                                            allow_unsandboxed=args.allow_unsandboxed))
+    except (ReplayError, TaskError, EnvError, SessionLogError, UnsandboxedError, OSError) as err:
         print(json.dumps({"error": str(err)}))
         return 2
     print(json.dumps(report, indent=2))

@@ -1,12 +1,18 @@
 """Tasks: SWE-bench compatible JSONL, one task per line, loaded into `Task`s; how to build a
-task's workspace and how to run and grade its tests. The format is the JSON Schema in
+task's workspace and how to read and grade its tests' outcomes. The format is the JSON Schema in
 training/schemas/task.schema.json (SWE-bench's field names, plus `source`, `setup`, `test_cmd`).
 
     tasks = load_tasks("training/data/tasks/curated.jsonl")   # TaskError names line and field
     root = materialize(tasks[0], Path("/tmp/ws"))              # sdist/dir/git + source.patch, a git repo
-    run = await run_tests(tasks[0], root, tasks[0].FAIL_TO_PASS)
-    grade(tasks[0], run.outcomes)                              # {"resolved": ..., ...}
-    result = await evaluate(tasks[0], root)                    # test_patch + run + grade
+    spec = base_spec(tasks[0])                                 # the same, as a training/envs base
+    run = await run_tests(tasks[0], root, tasks[0].FAIL_TO_PASS)   # in the sandbox, on a directory
+    g = grade(tasks[0], run.outcomes)                          # TaskGrade: resolved, per-test outcomes
+
+Agents run on tasks, and are graded, on environments (training/run.py: `run_task`): the base
+is `base_spec(task)` (materialized once, setup commands run once), grading applies the agent's
+diff (less `protected_paths(task)`: the tests' files) and then `test_patch` to a fresh view and
+runs `task.test_command(...)` there. `run_tests` serves task generation (training/taskgen.py),
+which runs tests on scratch copies of a package.
 
 A plain SWE-bench line (no `source`) builds from https://github.com/<repo> at `base_commit`.
 `FAIL_TO_PASS`/`PASS_TO_PASS` may be JSON-encoded strings (SWE-bench ships them so). A `pypi`
@@ -16,7 +22,9 @@ else fetched with `pip download --no-deps --no-binary :all: NAME==VERSION`, chec
 (the starting state, bug included), so the agent's `git diff` shows only its own changes.
 
 Grading is SWE-bench's: resolved iff every FAIL_TO_PASS and every PASS_TO_PASS test passes;
-outcomes come from pytest's `-rA` summary lines (PASSED/FAILED/ERROR/XFAIL/XPASS/SUBFAILED).
+outcomes come from pytest's `-rA` summary lines (PASSED/FAILED/ERROR/XFAIL/XPASS/SUBFAILED). A
+`TaskGrade` whose `infra` is set is an infrastructure failure (the sandbox, the environment or the
+harness failed): `resolved` is None then, never False.
 
 Tests: .venv/bin/python -m pytest tests/training/test_tasks.py
 """
@@ -42,6 +50,8 @@ import jsonschema
 
 from agent.json_schema import schema_validator
 from agent.sandbox import run_sandboxed
+from agent.unidiff import touched_paths
+from training.envs import BaseSpec
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "task.schema.json"
 DEFAULT_TEST_CMD = "python -m pytest -q -p no:cacheprovider -rA {tests}"
@@ -52,6 +62,8 @@ GIT_IDENTITY = {"GIT_AUTHOR_NAME": "composer", "GIT_AUTHOR_EMAIL": "composer@loc
                 "GIT_COMMITTER_NAME": "composer", "GIT_COMMITTER_EMAIL": "composer@localhost",
                 "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000"}
 """Fixed names and dates: the same tree always gives the same starting commit."""
+TEST_OUTPUT_BYTES = 32 * 1024**2
+"""A test command's output is read up to this (the -rA summary is at its end)."""
 PASSED, FAILED, MISSING = "passed", "failed", "missing"
 _SUMMARY = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SUBFAILED|SUBPASSED)(\(.*?\))? (\S.*)$")
 _PASSING = {"PASSED", "XFAIL", "XPASS", "SUBPASSED"}
@@ -320,7 +332,8 @@ def commit_all(root: Path, message: str) -> str:
 
 def materialize(task: Task, dest: Path, *, cache_dir: Path | None = None) -> Path:
     """Builds the task's starting workspace at `dest` (which must not exist or be empty): the
-    source, then source.patch, committed. Setup commands are separate (`run_setup`)."""
+    source, then source.patch, committed. Setup commands run separately, when
+    the base is built (`base_spec`)."""
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise TaskError(f"workspace destination {dest} is not empty")
@@ -344,13 +357,39 @@ def materialize(task: Task, dest: Path, *, cache_dir: Path | None = None) -> Pat
     return dest
 
 
-async def run_setup(task: Task, root: Path, *, timeout_s: float = 600, network: bool = False) -> None:
-    """Runs the task's setup commands in the sandbox, in order; TaskError on the first failure."""
-    for command in task.setup:
-        result = await run_sandboxed(command, workspace_root=root, timeout_s=timeout_s, network=network, env=TEST_ENV)
-        if result.exit_code != 0:
-            raise TaskError(f"setup command {command!r} of {task.instance_id} exited {result.exit_code}: "
-                            f"{result.output[-800:]}")
+@dataclass(frozen=True)
+class TaskSource:
+    """A task's starting workspace as a training/envs base source: `fill(dest)` materializes it
+    (on whichever worker builds the base); `digest` addresses it by the task's source."""
+
+    task: Task
+    cache_dir: str | None = None
+    """Where sdists are looked for and kept (default: sdist_cache_dir())."""
+
+    @property
+    def digest(self) -> str:
+        blob = json.dumps([self.task.instance_id, self.task.source.to_json()], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def fill(self, dest: Path) -> None:
+        materialize(self.task, dest, cache_dir=Path(self.cache_dir) if self.cache_dir else None)
+
+
+def base_spec(task: Task, *, cache_dir: str | os.PathLike[str] | None = None,
+              setup_network: bool = False, setup_timeout_s: float = 1800) -> BaseSpec:
+    """The training/envs BaseSpec of the task's workspace: materialized, then `task.setup` run
+    in the sandbox (with the network only when `setup_network`)."""
+    return BaseSpec(key=task.instance_id, source=TaskSource(task, str(cache_dir) if cache_dir else None),
+                    setup=task.setup, setup_network=setup_network, setup_timeout_s=setup_timeout_s,
+                    setup_env=TEST_ENV)
+
+
+def protected_paths(task: Task) -> frozenset[str]:
+    """Files the agent's changes to are dropped before grading: those `test_patch` touches and
+    those holding the FAIL_TO_PASS and PASS_TO_PASS tests (a model must not pass by editing the
+    tests)."""
+    test_files = {test_id.split("::")[0] for test_id in [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]}
+    return frozenset({p for p in test_files if p} | touched_paths(task.test_patch))
 
 
 # ---- running and grading tests ---------------------------------------------------------------
@@ -407,26 +446,70 @@ async def run_tests(task: Task, root: Path, ids: list[str] | tuple[str, ...] | N
     ids = list(ids) if ids is not None else [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
     command = task.test_command(ids) + (f" {extra_args}" if extra_args else "")
     result = await run_sandboxed(command, workspace_root=root, timeout_s=timeout_s, env=TEST_ENV,
-                                 max_output_bytes=32 * 1024**2)
-    outcomes = parse_pytest_summary(result.output)
-    for test_id in ids:
-        outcomes.setdefault(test_id, MISSING)
-    return TestRun(command, result.exit_code, outcomes, result.output, result.timed_out, result.duration_s)
+                                 max_output_bytes=TEST_OUTPUT_BYTES)
+    return TestRun(command, result.exit_code, test_outcomes(result.output, ids), result.output,
+                   result.timed_out, result.duration_s)
 
 
-def grade(task: Task, outcomes: dict[str, str]) -> dict[str, Any]:
+def test_outcomes(output: str, ids: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """test id -> passed | failed | missing for `ids`, from a test command's output."""
+    outcomes = parse_pytest_summary(output)
+    return outcomes | {test_id: MISSING for test_id in ids if test_id not in outcomes}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskGrade:
+    """A task run's grade: SWE-bench's verdict and every graded test's outcome, or, when
+    `infra` is set, the infrastructure failure that left the verdict unknown."""
+
+    instance_id: str
+    resolved: bool | None
+    """All FAIL_TO_PASS and PASS_TO_PASS passed; None when an infrastructure failure hid it."""
+    fail_to_pass: dict[str, str] = field(default_factory=dict)
+    """test id -> passed | failed | missing."""
+    pass_to_pass: dict[str, str] = field(default_factory=dict)
+    infra: str | None = None
+    """What failed, when the sandbox, the environment or the harness did (never the agent)."""
+    infra_stage: str | None = None
+    """setup | run | timeout | grade | worker (training/envs' stages, and the harness's clock)."""
+    exit_code: int | None = None
+    """The test command's exit status."""
+    timed_out: bool = False
+    """The test command ran out of time (its tests count as failed or missing)."""
+    seconds: float = 0.0
+
+    @property
+    def masked(self) -> bool:
+        return self.infra is not None
+
+    def counts(self) -> dict[str, str]:
+        """{"fail_to_pass": "passed/total", "pass_to_pass": ...}."""
+        return {name: f"{sum(v == PASSED for v in tests.values())}/{len(tests)}"
+                for name, tests in (("fail_to_pass", self.fail_to_pass), ("pass_to_pass", self.pass_to_pass))}
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items()} | {"seconds": round(self.seconds, 3)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TaskGrade:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def outcome(self) -> dict[str, Any]:
+        """The fields of this grade's `outcome` record (signal task_resolved) in a session log."""
+        reward = None if self.resolved is None else float(self.resolved)
+        return {"signal": "task_resolved", "value": self.resolved, "reward": reward, "masked": self.masked,
+                "source": "grader", "detail": self.to_json()}
+
+
+def grade(task: Task, outcomes: dict[str, str], **fields: Any) -> TaskGrade:
     """SWE-bench's verdict: resolved iff all FAIL_TO_PASS and all PASS_TO_PASS pass."""
-    f2p = [t for t in task.FAIL_TO_PASS if outcomes.get(t) == PASSED]
-    p2p = [t for t in task.PASS_TO_PASS if outcomes.get(t) == PASSED]
-    return {"resolved": len(f2p) == len(task.FAIL_TO_PASS) and len(p2p) == len(task.PASS_TO_PASS),
-            "fail_to_pass": f"{len(f2p)}/{len(task.FAIL_TO_PASS)}",
-            "pass_to_pass": f"{len(p2p)}/{len(task.PASS_TO_PASS)}",
-            "failing": sorted(t for t in [*task.FAIL_TO_PASS, *task.PASS_TO_PASS] if outcomes.get(t) != PASSED)}
+    f2p = {t: outcomes.get(t, MISSING) for t in task.FAIL_TO_PASS}
+    p2p = {t: outcomes.get(t, MISSING) for t in task.PASS_TO_PASS}
+    resolved = all(v == PASSED for v in [*f2p.values(), *p2p.values()])
+    return TaskGrade(instance_id=task.instance_id, resolved=resolved, fail_to_pass=f2p, pass_to_pass=p2p, **fields)
 
 
-async def evaluate(task: Task, root: Path, *, timeout_s: float = 600) -> dict[str, Any]:
-    """Grades the workspace as it is: applies test_patch (changes `root`), runs the tests."""
-    apply_patch(root, task.test_patch, "test_patch")
-    run = await run_tests(task, root, timeout_s=timeout_s)
-    return grade(task, run.outcomes) | {"exit_code": run.exit_code, "timed_out": run.timed_out,
-                                        "seconds": round(run.seconds, 3)}
+def infra_grade(task: Task, stage: str, error: str, **fields: Any) -> TaskGrade:
+    """The grade of a run the infrastructure failed: unknown, masked."""
+    return TaskGrade(instance_id=task.instance_id, resolved=None, infra=error, infra_stage=stage, **fields)

@@ -81,11 +81,10 @@ def overlapped(a, b) -> bool:
 
 async def test_read_only_calls_run_in_parallel(tmp_path):
     agent, _, log, events = make_agent(tmp_path, [calls(*[("look", {"seconds": 0.3})] * 4)])
-    started = time.perf_counter()
     result = await agent.run_turn("go")
-    assert time.perf_counter() - started < 0.9  # four 0.3 s calls side by side
     assert result.stop_reason == "end_turn" and result.tool_calls == 4
-    assert all(overlapped(log[0], other) for other in log[1:])
+    # Side by side: every call ran while every other one did (one after another, none would).
+    assert len(log) == 4 and all(overlapped(a, b) for a in log for b in log if a is not b)
     kinds = [e["sessionUpdate"] for e in events]
     assert kinds.count("tool_call") == 4 and "agent_message_chunk" in kinds
 

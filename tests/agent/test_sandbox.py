@@ -39,7 +39,7 @@ async def sh(command: str, ws: Path, **kwargs):
     return await run_sandboxed(command, workspace_root=ws, **kwargs)
 
 
-def marker_alive(marker: str, within_s: float = 1.0) -> bool:
+def marker_alive(marker: str, within_s: float = 10.0) -> bool:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         if subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode != 0:
@@ -75,11 +75,16 @@ async def test_exit_code_and_undecodable_output(ws: Path):
 
 
 async def test_streams_output_while_running(ws: Path):
-    seen: list[tuple[float, str]] = []
-    started = time.monotonic()
-    result = await sh("echo one; sleep 0.5; echo two", ws, on_output=lambda t: seen.append((time.monotonic(), t)))
-    assert "".join(text for _, text in seen) == result.output == "one\ntwo\n"
-    assert seen[0][1] == "one\n" and seen[0][0] - started < 0.45
+    seen: list[str] = []
+
+    def on_output(text: str) -> None:
+        seen.append(text)
+        (ws / "go").touch()  # what the command waits for: only output that streams lets it end
+
+    result = await sh("echo one; until [ -e go ]; do sleep 0.05; done; echo two", ws, on_output=on_output)
+    assert not result.timed_out, "the first line reached on_output only after the command ended"
+    assert "".join(seen) == result.output == "one\ntwo\n"
+    assert seen[0] == "one\n"
 
 
 async def test_venv_tools_are_on_path(ws: Path):
@@ -203,12 +208,13 @@ async def test_environment_is_scrubbed(ws: Path, monkeypatch: pytest.MonkeyPatch
 
 @pids_contained
 async def test_fork_bomb_is_contained_and_the_harness_keeps_working(ws: Path):
+    bomb_started = time.monotonic()
     bomb = asyncio.create_task(sh(":(){ :|:& };:; sleep 2", ws, timeout_s=4, max_processes=64))
     await asyncio.sleep(0.5)
-    started = time.monotonic()
     assert subprocess.run(["true"]).returncode == 0  # the host can still fork
-    assert time.monotonic() - started < 2
+    forked = time.monotonic()
     result = await bomb
+    assert forked < bomb_started + result.duration_s, "the host forked only once the bomb had ended"
     assert result.duration_s < 8
     assert "fork" in result.output and "Resource temporarily unavailable" in result.output
     after = await sh("echo alive", ws)
@@ -221,14 +227,14 @@ async def test_endless_output_is_capped_and_killed(ws: Path):
     result = await sh("yes", ws, max_output_bytes=100_000, timeout_s=30)
     assert result.truncated and result.exit_code is None
     assert len(result.output) == 100_000
-    assert result.duration_s < 5
+    assert result.duration_s < 20  # stopped by the cap, not at the 30 s timeout
 
 
 async def test_a_command_that_never_exits_is_killed_at_the_timeout(ws: Path):
     result = await sh("echo before; sleep 1000", ws, timeout_s=1)
     assert result.timed_out and result.exit_code is None
     assert result.output == "before\n"
-    assert 1 <= result.duration_s < 3
+    assert 1 <= result.duration_s < 60  # not the 1000 s the command asks for
 
 
 @pytest.mark.skipif(SUPPORT.isolation == "none" and SUPPORT.pids_cgroup is None, reason="no pid namespace or cgroup")
@@ -254,7 +260,7 @@ async def test_cancellation_kills_at_once(ws: Path):
     result = await sh("echo started; sleep 1000", ws, cancelled=cancelled)
     assert result.cancelled and not result.timed_out and result.exit_code is None
     assert result.output == "started\n"
-    assert result.duration_s < 2
+    assert result.duration_s < 60  # not the 1000 s the command asks for
 
 
 async def test_task_cancellation_kills_the_process(ws: Path):
@@ -264,7 +270,7 @@ async def test_task_cancellation_kills_the_process(ws: Path):
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert not marker_alive(marker, within_s=2)
+    assert not marker_alive(marker)
 
 
 async def test_file_size_is_capped(ws: Path):
@@ -312,7 +318,7 @@ async def test_unshare_level_kills_escapes_and_times_out(ws: Path):
     marker = f"composer-escape-{uuid.uuid4().hex}"
     result = await sh(f"(setsid bash -c 'sleep 1000; : {marker}' &) & sleep 1000", ws, timeout_s=1,
                       isolation="unshare")
-    assert result.timed_out and result.duration_s < 3
+    assert result.timed_out and result.duration_s < 60
     assert not marker_alive(marker)
 
 
@@ -320,4 +326,4 @@ async def test_plain_level_still_limits_time_and_output(ws: Path):
     result = await sh("yes", ws, isolation="none", max_output_bytes=10_000)
     assert result.truncated and result.isolation == "none"
     result = await sh("sleep 1000", ws, isolation="none", timeout_s=0.5)
-    assert result.timed_out and result.duration_s < 2
+    assert result.timed_out and result.duration_s < 60

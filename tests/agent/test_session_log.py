@@ -37,12 +37,16 @@ TOOLS = [{"type": "function", "function": {"name": "read_file", "description": "
 EXAMPLES: dict[str, dict] = {
     "user_message": {"text": "fix the failing test", "attachments": [{"type": "resource_link", "uri": "file:///a.py"}]},
     "model_call": {
-        "call_id": "m1", "turn": 0, "weight_version": 7, "prompt_token_ids": [1, 2, 3],
-        "completion_token_ids": [4, 5], "logprobs": [-0.1, -2.5], "routed_experts": [[[0, 3], [1, 2]], [[4, 5], [6, 7]]],
+        "call_id": "m1", "parent": None, "prefix_len": 0, "prefix_break": None, "turn": 0, "weight_version": 7,
+        "prompt_token_ids": [1, 2, 3], "completion_token_ids": [4, 5], "logprobs": [-0.1, -2.5], "forced": [0, 1],
+        "sampler": {"temperature": 1.0, "top_p": 0.95, "seed": 1234},
+        "routed_experts": [[[0, 3], [1, 2]], [[4, 5], [6, 7]]], "routed_experts_start": 0,
         "text": "Let me read it.", "reasoning": "the test imports a.py", "finish_reason": "tool_calls",
         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\": \"a.py\"}"}}],
         "timing": {"ttft_s": 0.05, "total_s": 0.4, "tokens_per_s": 120.0},
         "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+        "malformed_tool_calls": [{"index": 1, "message": "tool call 2 is not valid JSON", "raw": "<tool_call>{</tool_call>"}],
+        "harness_message": "[harness] tool call 2 is not valid JSON. Nothing was run for it",
     },
     "tool_call": {"call_id": "c1", "model_call_id": "m1", "name": "read_file", "arguments": {"path": "a.py"},
                   "result": "def f(): ...", "error": None, "status": "completed", "duration_s": 0.002,
@@ -75,8 +79,8 @@ def workspace(tmp_path: Path) -> Path:
     return ws
 
 
-def test_every_record_type_validates_and_round_trips(workspace: Path, tmp_path: Path) -> None:
-    with open_log(workspace, tmp_path / "logs", task_id="django-123") as log:
+def test_every_record_type_validates_and_round_trips(workspace: Path, tmp_path: Path, real_tokenizer) -> None:
+    with open_log(workspace, tmp_path / "logs", task_id="django-123", tokenizer=real_tokenizer) as log:
         written = [log.write(kind, **fields) for kind, fields in EXAMPLES.items()]
     records = read_session(log.path)
     assert [r["type"] for r in records] == list(RECORD_TYPES)
@@ -97,14 +101,17 @@ def test_every_record_type_validates_and_round_trips(workspace: Path, tmp_path: 
     ("tool_call", {"call_id": "c", "name": "x", "arguments": {}, "result": "", "error": None, "duration_s": 0},
      "'group' is a required property"),
     ("outcome", {"signal": "tests_passed", "value": True, "colour": "red"}, "colour"),
-    ("model_call", {**EXAMPLES["model_call"], "prompt_token_ids": ["a"]}, "prompt_token_ids/0"),
+    ("model_call", {**EXAMPLES["model_call"], "prompt_token_ids": ["a"]}, "prompt_token_ids"),
     ("model_call", {**EXAMPLES["model_call"], "logprobs": [-0.1]}, "1 logprobs for 2 completion tokens"),
+    ("model_call", {**EXAMPLES["model_call"], "forced": [1]}, "1 forced for 2 completion tokens"),
+    ("model_call", {k: v for k, v in EXAMPLES["model_call"].items() if k != "sampler"}, "'sampler' is a required"),
+    ("model_call", {**EXAMPLES["model_call"], "prefix_break": {"reason": "whim"}}, "prefix_break"),
     ("permission", {**EXAMPLES["permission"], "decision": "maybe"}, "decision"),
     ("nonsense", {}, "unknown record type"),
 ])
 def test_invalid_records_are_refused_and_not_written(workspace: Path, tmp_path: Path, kind: str,
-                                                      fields: dict, problem: str) -> None:
-    log = open_log(workspace, tmp_path / "logs", validate=True)
+                                                      fields: dict, problem: str, real_tokenizer) -> None:
+    log = open_log(workspace, tmp_path / "logs", validate=True, tokenizer=real_tokenizer)
     size = log.path.stat().st_size
     with pytest.raises(SessionLogError, match=problem):
         log.write(kind, **fields)
@@ -213,13 +220,19 @@ def test_long_tool_results_are_cut_with_a_note(workspace: Path, tmp_path: Path) 
     assert len(record["result"]) < 51_000 and "[output truncated" in record["result"]
 
 
-def test_records_are_redacted_but_ids_and_tokens_are_not(workspace: Path, tmp_path: Path) -> None:
+def test_records_are_redacted_strings_and_token_ids(workspace: Path, tmp_path: Path, real_tokenizer) -> None:
     key = "sk-proj-" + "Ab3dEf6hIj9kLmNoPqRsTuVwXyZ012345"
-    log = open_log(workspace, tmp_path / "logs")
+    tok = real_tokenizer
+    log = open_log(workspace, tmp_path / "logs", tokenizer=tok)
     log.write("tool_call", **{**EXAMPLES["tool_call"], "result": f'OPENAI_API_KEY="{key}"\nx = 1\n'})
     log.write("tool_call", **{**EXAMPLES["tool_call"], "arguments": {"path": "config/.env"},
-                              "result": "DATABASE_URL=postgres://app:pw@db/app\nDEBUG=true\nSECRET=abcdef\n"})
-    log.write("model_call", **{**EXAMPLES["model_call"], "text": f"the key is {key}"})
+                              "result": "DATABASE_URL=postgres://app:pw@db/app\nDEBUG=true\nSECRET=abcdef\nNAME=plainword12\n"})
+    prompt = tok.encode(f"<|im_start|>user\nread it: {key}<|im_end|>\n<|im_start|>assistant\n")
+    completion = [*tok.encode("It says plainword12, nothing else."), tok.eos_token_id]
+    routing = [[[p % 8, 7]] for p in range(len(prompt) + len(completion) - 1)]
+    log.write("model_call", **{**EXAMPLES["model_call"], "text": f"the key is {key}", "prompt_token_ids": prompt,
+                               "completion_token_ids": completion, "logprobs": [-1.0] * len(completion),
+                               "forced": [0] * len(completion), "routed_experts": routing})
     log.write("checkpoint", checkpoint_id="AbCdEfGhIjKlMnOpQrStUvWxYz0123456789AbCd", label="x")
     log.close()
     text = log.path.read_text()
@@ -227,13 +240,35 @@ def test_records_are_redacted_but_ids_and_tokens_are_not(workspace: Path, tmp_pa
     records = read_session(log.path)
     assert records[1]["result"] == 'OPENAI_API_KEY="[REDACTED:openai_key]"\nx = 1\n'
     assert records[2]["result"] == ("DATABASE_URL=[REDACTED:env_value]\nDEBUG=true\n"
-                                    "SECRET=[REDACTED:env_value]\n")
-    assert records[3]["prompt_token_ids"] == [1, 2, 3]
+                                    "SECRET=[REDACTED:env_value]\nNAME=[REDACTED:env_value]\n")
+    call = records[3]
+    decoded = tok.decode(call["prompt_token_ids"]) + tok.decode(call["completion_token_ids"])
+    assert key not in decoded and "[REDACTED:openai_key]" in decoded
+    # The .env value the model repeats is known to the log: redacted where no pattern would see it.
+    assert "plainword12" not in decoded and "It says [REDACTED:env_value], nothing else." in decoded
+    [[a, b]] = call["redactions"]["prompt"]
+    [[c, d]] = call["redactions"]["completion"]
+    assert "[REDACTED:openai_key]" in tok.decode(call["prompt_token_ids"][a:b])
+    # Outside the tags every id is the one the engine saw; per-token fields keep their alignment.
+    cut = len(prompt) - len(call["prompt_token_ids"][b:])
+    assert call["prompt_token_ids"][:a] == prompt[:a] and call["prompt_token_ids"][b:] == prompt[cut:]
+    assert call["completion_token_ids"][:c] == completion[:c] and call["completion_token_ids"][-2:] == completion[-2:]
+    assert len(call["logprobs"]) == len(call["completion_token_ids"]) == len(call["forced"])
+    assert call["logprobs"][c:d] == [None] * (d - c) and call["logprobs"][:c] == [-1.0] * c
+    assert call["routed_experts"] == routing[:a]  # routing after the first secret is not the logged tokens'
     assert records[4]["checkpoint_id"] == "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789AbCd"
 
 
-def test_non_finite_logprobs_become_null(workspace: Path, tmp_path: Path) -> None:
+def test_a_log_without_a_tokenizer_withholds_token_ids(workspace: Path, tmp_path: Path) -> None:
     log = open_log(workspace, tmp_path / "logs")
+    record = log.write("model_call", **EXAMPLES["model_call"])
+    log.close()
+    assert record["prompt_token_ids"] == record["completion_token_ids"] == [] and record["logprobs"] is None
+    assert "tokenizer" in record["extra"]["ids_withheld"]
+
+
+def test_non_finite_logprobs_become_null(workspace: Path, tmp_path: Path, real_tokenizer) -> None:
+    log = open_log(workspace, tmp_path / "logs", tokenizer=real_tokenizer)
     log.write("model_call", **{**EXAMPLES["model_call"], "logprobs": [float("-inf"), -1.0]})
     log.close()
     assert read_session(log.path)[1]["logprobs"] == [None, -1.0]

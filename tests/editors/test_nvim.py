@@ -84,13 +84,15 @@ def test_nvim_scenario(scenario: str, workspace: Path, tmp_path: Path) -> None:
         if scenario in UNSANDBOXED:
             env.update(PATH=stubbed_path(tmp_path / "stubs", "bwrap", "unshare"), XDG_CONFIG_HOME=str(tmp_path / "xdg"))
         proc = subprocess.run([NVIM, "--headless", "--clean", "--cmd", f"set rtp^={PLUGIN}", "-l", str(SCRIPT)],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
         requests = model.requests
     result = json.loads(out.read_text()) if out.exists() else {}
     assert proc.returncode == 0 and result.get("ok"), (
         f"{scenario} failed (rc {proc.returncode}): {result.get('error')}\n"
         f"--- chat ---\n{result.get('chat')}\n--- nvim output ---\n{proc.stdout}{proc.stderr}")
-    assert result["seconds"] < 10, f"{scenario} took {result['seconds']:.1f} s"
+    # A generous budget for the whole scenario (a few seconds on a quiet machine, so a busy one
+    # stays inside it); each wait in the scenario has its own timeout, and Neovim has 120 s.
+    assert result["seconds"] < 100, f"{scenario} took {result['seconds']:.1f} s"
     assert Path(result["root_dir"]) == workspace, "root_markers found the workspace"
     assert (workspace / "hello.py").read_text() == "print('hello')\n", "edits went to the buffer, not the disk"
     assert result["status"] == ("sandbox: none (weaker than bubblewrap)" if scenario in UNSANDBOXED else "sandbox: bwrap")

@@ -415,11 +415,12 @@ def test_composer_mini_matches_the_dense_model(composer_mini_dir, smollm2_dense_
 @pytest.mark.slow
 def test_ensure_default_model_built_once_and_idempotent(composer_mini_build, composer_home_dir, monkeypatch, capsys):
     assert composer_mini_build.stderr.count("building composer-mini") == 1
-    assert composer_mini_build.seconds < 60, f"building took {composer_mini_build.seconds:.0f} s"
+    # 10-30 s on a quiet machine; the bound is only a generous budget for a busy one.
+    assert composer_mini_build.seconds < 600, f"building took {composer_mini_build.seconds:.0f} s"
     weights = composer_mini_build.path / "model.safetensors"
     stamp = weights.stat().st_mtime_ns
     monkeypatch.setenv("COMPOSER_HOME", str(composer_home_dir))
-    start = time.perf_counter()
+    monkeypatch.setattr("model.convert.write_upcycled", lambda *a: pytest.fail("composer-mini was built again"))
     assert home.ensure_default_model() == composer_mini_build.path
-    assert time.perf_counter() - start < 1.0 and weights.stat().st_mtime_ns == stamp
+    assert weights.stat().st_mtime_ns == stamp
     assert "building" not in capsys.readouterr().err

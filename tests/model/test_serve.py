@@ -260,6 +260,22 @@ async def test_cached_tokens_report_prefix_hits(oai, server, tokenizer):
         report = (await resp.json())["prefix_cache"]
     assert report["enabled"] and report["hit_tokens"] >= 2 * ((n - 1) // 32 * 32)
     assert 0 < report["used_tokens"] <= report["capacity_tokens"]
+async def test_answers_carry_the_weight_version_they_ran_on(oai, engine):
+    args = dict(model=NAME, messages=USER, max_tokens=4, temperature=0)
+
+    async def versions() -> tuple[int, list]:
+        full = await oai.chat.completions.create(**args)
+        chunks = [c async for c in await oai.chat.completions.create(**args, stream=True)]
+        return full.weight_version, [getattr(c, "weight_version", None) for c in chunks]
+
+    before = await versions()
+    same = {"model.norm.weight": engine.model.norm.weight.clone()}  # new version, same weights
+    await asyncio.to_thread(engine.load_weights, same, version=engine.weight_version + 3)
+    after = await versions()
+    old = engine.weight_version - 3
+    # The version rides on the plain answer and on the stream's chunk with the finish reason only.
+    assert before == (old, [None] * (len(before[1]) - 1) + [old])
+    assert after == (old + 3, [None] * (len(after[1]) - 1) + [old + 3])
 
 
 async def test_required_tool_call_is_well_formed_even_for_a_random_model(oai):

@@ -295,3 +295,36 @@ def test_tool_calls_render_as_toolcalls_module_writes_them(tok):
     calls = CONVERSATIONS["tool_calls"][1]["tool_calls"]
     text = tok.render_chat([{"role": "assistant", "tool_calls": calls}], add_generation_prompt=False)
     assert "<|im_start|>assistant\n" + toolcalls.render_tool_calls(calls) + "<|im_end|>\n" in text
+
+
+# ---- token-native continuations -----------------------------------------------------------------
+
+CONTINUATIONS = [
+    [{"role": "tool", "content": "a\r\nb"}, {"role": "tool", "content": "ü 🙂"}],
+    [{"role": "tool", "content": "x"}, {"role": "user", "content": "[harness] tool call 2 is not valid JSON"}],
+    [{"role": "user", "content": "next question"}],
+    [],
+]
+
+
+@pytest.mark.parametrize("new", CONTINUATIONS)
+@pytest.mark.parametrize("with_eos", [True, False])
+def test_continuations_extend_a_prompt_exactly_as_the_template_renders_it(tok, new, with_eos):
+    tools = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
+    start = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}]
+    answer = 'Sure.\n<tool_call>\n{"name": "read_file", "arguments": {}}\n</tool_call>'
+    completion = tok.encode(answer) + ([tok.eos_token_id] if with_eos else [])
+    more = tok.encode_continuation(new, tools, last_token=completion[-1])
+    full = tok.encode_chat([*start, {"role": "assistant", "content": answer}, *new], tools)
+    assert tok.encode_chat(start, tools) + completion + more == full
+    assert tok.decode(more).startswith("\n" if with_eos else "<|im_end|>\n")
+
+
+def test_a_template_that_rewrites_history_is_refused(tok):
+    from model.tokenizer import TemplateRewritesHistory
+
+    last_two = ("{%- for m in messages[-2:] %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    forgetful = Tokenizer(tok.backend, chat_template=last_two)
+    with pytest.raises(TemplateRewritesHistory):
+        forgetful.encode_continuation([{"role": "user", "content": "more"}], last_token=tok.eos_token_id)

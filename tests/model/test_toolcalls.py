@@ -493,7 +493,7 @@ def test_one_character_at_a_time_matches_whole():
 def test_huge_inputs_are_linear():
     big = "x" * 2_000_000
     text = "start " + render_tool_calls([ToolCall("write", {"content": big, "tags": "<" * 1000})])
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time: other processes on a busy machine do not stretch it
     message = parse_tool_calls(text)
     assert message.tool_calls[0].arguments["content"] == big
     streamed = collect(stream(text, list(range(0, len(text), 65536))))
@@ -505,7 +505,7 @@ def test_huge_inputs_are_linear():
     assert [c.arguments["i"] for c in parsed.tool_calls] == list(range(5000))
     assert parsed.content.count("<<a>>") == 5000
     assert parse_tool_calls("<" * 200_000 + "a").content == "<" * 200_000 + "a"
-    assert time.perf_counter() - start < 5, "parsing should be linear in the input"
+    assert time.thread_time() - start < 5, "parsing should be linear in the input"
 
 
 def test_absurd_nesting_is_an_error_not_a_crash():

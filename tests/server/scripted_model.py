@@ -6,9 +6,12 @@ the server (the agent reaches it through its real EndpointPolicy and HTTP client
         ... composer-lsp --endpoint model.url ...
 
 The script is a list of turns (one per user prompt of a session), each a list of replies (one per
-model step of that turn): `text` streams word by word (`delay` seconds apart), then `tool_calls`.
-Past the script's end the model says "Done.". Choosing by the conversation keeps the endpoint
-stateless, so many sessions can share it. Run standalone (for the web page by hand, the bench):
+model step of that turn): `text` streams word by word (`delay` seconds apart), then `tool_calls`
+(a call's `raw_arguments` is sent as it is, valid JSON or not). A reply with `fail` breaks off
+after its text, as a dying server does: "hangup" ends the response cleanly but unfinished (no
+finish_reason, no [DONE]), "abort" drops the connection. Past the script's end the model says
+"Done.". Choosing by the conversation keeps the endpoint stateless, so many sessions can share
+it. Run standalone (for the web page by hand, the bench):
 
     python tests/server/scripted_model.py --script script.json --port 8001
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import threading
 from typing import Any
@@ -60,19 +64,29 @@ class ScriptedModel:
         reply = _reply(self.script, body.get("messages", []))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
+        with contextlib.suppress(ConnectionResetError):  # the client went away mid-answer
+            await self._stream(request, response, reply)
+        return response
+
+    async def _stream(self, request: web.Request, response: web.StreamResponse, reply: dict[str, Any]) -> None:
         words = reply.get("text", "").split(" ")
         for i, word in enumerate(words):
             if reply.get("delay"):
                 await asyncio.sleep(reply["delay"])
             await response.write(_chunk({"content": word + (" " if i < len(words) - 1 else "")}))
+        if reply.get("fail") == "abort":
+            request.transport.abort()
+            return
+        if reply.get("fail") == "hangup":
+            return
         calls = reply.get("tool_calls", [])
         for index, call in enumerate(calls):
+            arguments = call["raw_arguments"] if "raw_arguments" in call else json.dumps(call.get("arguments", {}))
             await response.write(_chunk({"tool_calls": [{
                 "index": index, "id": call.get("id", f"call_{index}"), "type": "function",
-                "function": {"name": call["name"], "arguments": json.dumps(call.get("arguments", {}))}}]}))
+                "function": {"name": call.get("name"), "arguments": arguments}}]}))
         await response.write(_chunk({}, "tool_calls" if calls else "stop"))
         await response.write(b"data: [DONE]\n\n")
-        return response
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "scripted", "object": "model"}]})

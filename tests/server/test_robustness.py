@@ -214,7 +214,7 @@ async def test_tcp_transport_serves_one_editor(workspace, tmp_path):
             "--endpoint", model.url, "--log-dir", str(tmp_path / "logs"), stderr=subprocess.DEVNULL)
         client = ComposerTestClient()
         _register(client)
-        for _ in range(100):
+        for _ in range(600):  # up to a minute for the server to listen (a busy machine)
             try:
                 await client.start_tcp("127.0.0.1", port)
                 break

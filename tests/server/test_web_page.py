@@ -5,8 +5,9 @@ Playwright against `python -m server --ws`, whose model is tests/server/scripted
 
 Review mode, a prompt typed into the page, the streamed answer, the permission card with the
 edit's diff, then accept (the file changes, Undo puts it back, a reload replays the session) or
-reject (the file stays); the sandbox level, and on a machine without bubblewrap its warning and a
-question before every command; and the websocket refusing a missing token or a foreign Origin.
+reject (the file stays); Undo after a shell command that rewrote the tree (byte-identical
+again); the sandbox level, and on a machine without bubblewrap its warning and a question before
+every command; and the websocket refusing a missing token or a foreign Origin.
 Chromium comes from `make browser-deps` (apt); without it the browser tests skip.
 """
 
@@ -31,6 +32,7 @@ import aiohttp
 import pytest
 from no_sandbox import stubbed_path
 from scripted_model import ScriptedModel
+from workspace_tree import SHELL_CHANGES, SHELL_TURN, changed_paths, make_tree, snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium")
@@ -200,6 +202,27 @@ def test_accepting_the_diff_edits_the_file_and_undo_restores_it(page, server: Se
     expect(page.locator(".message.user")).to_contain_text(REQUEST)
     expect(page.locator(".message.agent").last).to_contain_text("Changed it.")
     expect(page.locator(".tool-call")).to_have_attribute("data-status", "completed")
+
+
+@needs_chromium
+def test_undo_after_a_shell_turn_restores_the_tree_byte_for_byte(page, server: Server) -> None:
+    from playwright.sync_api import expect
+
+    make_tree(server.workspace)
+    before = snapshot(server.workspace)
+    server.model.script = SHELL_TURN
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    page.fill("#prompt", "reorganise the tree")
+    page.press("#prompt", "Enter")
+    card = page.locator(".permission")  # no rule allows this command: it is asked about
+    card.locator('button[data-option-id="allow_once"]').click()
+    expect(page.locator(".tool-call")).to_have_attribute("data-status", "completed")
+    expect(page.locator(".note.turn-end")).to_have_attribute("data-stop-reason", "end_turn")
+    assert set(changed_paths(before, snapshot(server.workspace))) >= SHELL_CHANGES
+
+    page.click("#undo")
+    expect(page.locator(".note.rewind")).to_contain_text("src/lib.py")
+    assert changed_paths(before, snapshot(server.workspace)) == []
 
 
 @needs_chromium

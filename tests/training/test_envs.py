@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from scripted_policy import ScriptedPolicy
 
 import agent.sandbox
 from agent.isolation import UnsandboxedError
@@ -349,20 +350,6 @@ async def test_default_tools_work_on_an_environment(base, dirs):
         diff = env.diff()
         assert "+VALUE = 2" in diff and "b/notes.md" in diff
         assert (await env.grade(["python3 -m pytest -q -p no:cacheprovider tests"])).passed
-
-
-class ScriptedPolicy:
-    model_id = "scripted"
-    context_window = 100_000
-
-    def __init__(self, replies: list[Reply]) -> None:
-        self.replies = replies
-
-    def count_tokens(self, messages, tools) -> int:
-        return sum(len(str(m.get("content") or "")) for m in messages) // 4
-
-    async def complete(self, messages, tools, *, max_tokens, temperature=0.0, on_text=None) -> Reply:
-        return self.replies.pop(0) if self.replies else Reply("done", [], "stop")
 
 
 async def test_session_rollout_on_an_environment(base, dirs, tmp_path):

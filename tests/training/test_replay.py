@@ -13,35 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from scripted_policy import ScriptedPolicy, calls
 
 from agent.policy import Reply
 from agent.session import Session, SessionConfig
 from agent.session_log import read_session
-from model.toolcalls import ToolCall
 from training.replay import ReplayError, replay_session
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = "python -c 'import calc; assert calc.add(2, 3) == 5 and calc.TWICE(4) == 8'"
-
-
-class ScriptedPolicy:
-    """Replies from a script, one per model call (a deterministic stand-in for the model)."""
-
-    model_id = "scripted"
-    context_window = 100_000
-
-    def __init__(self, replies: list[Reply]) -> None:
-        self.replies = list(replies)
-
-    def count_tokens(self, messages, tools) -> int:
-        return sum(len(str(m.get("content") or "")) for m in messages) // 4
-
-    async def complete(self, messages, tools, *, max_tokens, temperature=0.0, on_text=None) -> Reply:
-        return self.replies.pop(0) if self.replies else Reply("done", [], "stop")
-
-
-def calls(*specs) -> Reply:
-    return Reply("", [ToolCall(name, args) for name, args in specs], "tool_calls")
 
 
 def git(root: Path, *args: str) -> None:

@@ -9,19 +9,23 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from add_task import add_task_line
 
+from training.envs import Base
 from training.tasks import (
     DEFAULT_TEST_CMD,
     MISSING,
     Task,
     TaskError,
+    TaskGrade,
     apply_patch,
-    evaluate,
+    base_spec,
     grade,
     load_tasks,
     materialize,
     parse_pytest_summary,
     parse_task,
+    protected_paths,
     run_tests,
     write_tasks,
 )
@@ -123,17 +127,7 @@ def test_pytest_summary_parsing_counts_subtests_and_teardown_errors():
 
 
 def _dir_task(tmp_path: Path, **fields) -> Task:
-    src = tmp_path / "src"
-    (src / "pkg").mkdir(parents=True)
-    (src / "pkg" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
-    (src / "test_pkg.py").write_text("from pkg import add\n\ndef test_add():\n    assert add(2, 3) == 5\n\n"
-                                     "def test_zero():\n    assert add(0, 0) == 0\n")
-    bug = ("diff --git a/pkg/__init__.py b/pkg/__init__.py\n--- a/pkg/__init__.py\n+++ b/pkg/__init__.py\n"
-           "@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a + b\n+    return a - b\n")
-    fix = bug.replace("-    return a + b\n+    return a - b", "-    return a - b\n+    return a + b")
-    line = {"instance_id": "dir-1", "problem_statement": "add(2, 3) is -1", "source": {"kind": "dir", "path": "src", "patch": bug},
-            "patch": fix, "FAIL_TO_PASS": ["test_pkg.py::test_add"], "PASS_TO_PASS": ["test_pkg.py::test_zero"],
-            "test_cmd": "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 " + DEFAULT_TEST_CMD} | fields
+    line = add_task_line(tmp_path, **fields)
     (task,) = load_tasks(write_lines(tmp_path / "tasks.jsonl", line))
     return task
 
@@ -147,10 +141,12 @@ async def test_dir_task_builds_fails_then_passes_with_the_gold_patch(tmp_path):
     assert status.stdout == ""  # the bug is committed: `git diff` shows the agent nothing
     run = await run_tests(task, root)
     assert run.outcomes == {"test_pkg.py::test_add": "failed", "test_pkg.py::test_zero": "passed"}
-    assert grade(task, run.outcomes)["resolved"] is False
+    broken = grade(task, run.outcomes)
+    assert broken.resolved is False and broken.counts() == {"fail_to_pass": "0/1", "pass_to_pass": "1/1"}
     apply_patch(root, task.patch)
-    result = await evaluate(task, root)
-    assert result["resolved"] is True and result["fail_to_pass"] == "1/1" and result["pass_to_pass"] == "1/1"
+    fixed = grade(task, (await run_tests(task, root)).outcomes)
+    assert fixed.resolved is True and fixed.fail_to_pass == {"test_pkg.py::test_add": "passed"}
+    assert TaskGrade.from_json(fixed.to_json()) == fixed and fixed.outcome()["reward"] == 1.0
     again = materialize(task, tmp_path / "ws2")  # deterministic starting commit
     head = [subprocess.run(["git", "-C", str(r), "rev-parse", "HEAD"], capture_output=True, text=True).stdout for r in (root, again)]
     assert head[0] == head[1]
@@ -207,3 +203,16 @@ def test_curated_set_loads_and_spans_two_packages():
     assert len(packages) >= 2 and all(t.source.kind == "pypi" for t in tasks)
     for task in tasks:
         assert task.FAIL_TO_PASS and task.patch.startswith("diff --git ") and task.source.patch
+
+
+async def test_the_base_of_a_task_is_its_materialized_workspace(tmp_path):
+    task = _dir_task(tmp_path, test_patch="diff --git a/tests/test_new.py b/tests/test_new.py\n")
+    spec = base_spec(task)
+    assert spec.key == "dir-1" and spec.digest == base_spec(task).digest
+    other = parse_task(task.to_json() | {"source": task.source.to_json() | {"patch": ""}})
+    assert base_spec(other).digest != spec.digest  # another starting state, another base
+    base = await Base.build(spec, tmp_path / "bases")
+    root = materialize(task, tmp_path / "ws")
+    for rel in ("pkg/__init__.py", "test_pkg.py"):
+        assert (base.path / rel).read_bytes() == (root / rel).read_bytes()
+    assert protected_paths(task) == {"test_pkg.py", "tests/test_new.py"}

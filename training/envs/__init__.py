@@ -12,6 +12,8 @@ grading applies the environment's diff to a FRESH view of the base and runs the 
                     setup_network=True)
     base = await Base.build(spec)                 # content-addressed: built once, then reused
     base = Base.from_dir("/some/prepared/tree")   # or a ready snapshot, used as is
+    spec = BaseSpec(key=task.instance_id, source=TaskSource(task))   # a TreeSource fills the tree
+                                                  # itself (training.tasks.base_spec(task))
 
     limits = Limits(timeout_s=120, memory_bytes=4 * GIB, max_processes=256,
                     max_file_bytes=GIB, disk_bytes=2 * GIB, cpus=0.5)
@@ -25,7 +27,8 @@ grading applies the environment's diff to a FRESH view of the base and runs the 
         await env.apply(patch)        # git apply, else patch -p1 --fuzz=5, in the sandbox
         patch = env.diff()            # git-style diff vs the base (binary-safe, `git apply`-able;
                                       # .git, caches and .gitignored files left out)
-        g = await env.grade(["pytest tests/test_x.py"], patches=[test_patch])
+        g = await env.grade(["pytest tests/test_x.py"], patches=[test_patch],
+                            exclude_paths=["tests/test_x.py"])   # the diff less those files
         g.passed, g.applied, g.results   # GradeResult; tests ran in a fresh overlay
         await env.healthy()           # mounted, and a sandboxed `true` runs
     # close() (or leaving the block) unmounts and deletes everything; idempotent
@@ -45,8 +48,11 @@ grading applies the environment's diff to a FRESH view of the base and runs the 
 `Job.run` is `async def rollout(env: Environment) -> Any` (picklable for Ray: a module-level
 function or a cloudpickle-able closure); without it, `Job.commands` run in order. A job goes
 through stages setup (base from the pool, environment, health check) -> run -> grade (when
-`tests`), each timed; a failure in any stage comes back in `JobResult.error`/`error_stage`,
-never as an exception from `submit` (only `SchedulerClosedError` is raised).
+`tests`: `patches` and `exclude_paths` as in `grade`), each timed; a failure in any stage comes
+back in `JobResult.error`/`error_stage`, never as an exception from `submit` (only
+`SchedulerClosedError` is raised). A rollout that raises `RolloutFailed(message, output)` hands
+`output` back in `JobResult.output` (training/run.py: the session log's path). Tasks run as jobs
+through training/run.py (`run_task`).
 
 Isolation (`env.isolation`, "<filesystem>+<sandbox>"): the filesystem level is the first of
   overlay         kernel overlayfs mounted by this process (needs CAP_SYS_ADMIN: root here), the
@@ -81,12 +87,22 @@ Bench: .venv/bin/python bench/envs.py
 """
 
 from agent.sandbox import GIB, SandboxResult
-from training.envs.env import Base, BaseSpec, Environment, GradeResult, Limits, Rollout, grade
+from training.envs.env import (
+    Base,
+    BaseSpec,
+    Environment,
+    GradeResult,
+    Limits,
+    Rollout,
+    TreeSource,
+    grade,
+)
 from training.envs.exceptions import (
     BaseBuildError,
     EnvClosedError,
     EnvError,
     MountError,
+    RolloutFailed,
     SchedulerClosedError,
     SetupError,
 )
@@ -108,11 +124,13 @@ __all__ = [
     "MountError",
     "ReapReport",
     "Rollout",
+    "RolloutFailed",
     "SandboxResult",
     "Scheduler",
     "SchedulerClosedError",
     "SchedulerStats",
     "SetupError",
+    "TreeSource",
     "grade",
     "reap",
 ]

@@ -1,7 +1,9 @@
 """Bases, environments and grading (the API is in training/envs/__init__.py).
 
 A Base is a directory tree that never changes once built: `Base.build(spec)` copies the spec's
-source into `<base_dir>/<key>-<digest>/tree`, runs its setup commands there in the sandbox and
+source (a directory, or a `TreeSource` that fills the tree itself, e.g. a task's materialized
+workspace: training/tasks.py `TaskSource`) into `<base_dir>/<key>-<digest>/tree`, runs its setup
+commands there in the sandbox and
 writes the `ready` marker last; a later build of the same spec (same key, source and setup) finds
 the marker and returns at once. Builds of one base are serialised by an asyncio lock in the
 process and an flock across processes; a build that died half-way is redone.
@@ -9,7 +11,8 @@ process and an flock across processes; a build that died half-way is redone.
 An Environment is a writable view of a base (training/envs/fs.py) in a registered directory
 (training/envs/registry.py), with the sandbox's limits. Grading makes a second, fresh view,
 applies the patches (`git apply`, then `patch --fuzz=5` as SWE-bench's harness does) in the
-sandbox and runs the test commands there.
+sandbox and runs the test commands there (each command's output read up to
+GRADE_OUTPUT_BYTES: grading parses test reports at its end).
 
 Where the sandbox is weaker than bubblewrap (agent/isolation.py), environments refuse to start
 and bases with setup commands refuse to build (UnsandboxedError, naming the opt-in), unless
@@ -32,13 +35,14 @@ import shlex
 import subprocess
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agent.sandbox import GIB, SandboxResult, isolation_status, run_sandboxed
 from agent.tools.base import ToolContext
+from agent.unidiff import without_paths
 from agent.workspace import Workspace
 from training.envs.diff import tree_diff
 from training.envs.exceptions import BaseBuildError, EnvClosedError, SetupError
@@ -49,6 +53,7 @@ if TYPE_CHECKING:
     from agent.session import Session, SessionConfig
 
 APPLY_TIMEOUT_S = 120
+GRADE_OUTPUT_BYTES = 32 * 1024**2
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -87,13 +92,28 @@ class Limits:
 # ---- bases ------------------------------------------------------------------------------------
 
 
+@runtime_checkable
+class TreeSource(Protocol):
+    """A base's source that makes the tree itself (picklable, to build on a Ray worker)."""
+
+    @property
+    def digest(self) -> str:
+        """Content address: equal digests make equal trees."""
+        ...
+
+    def fill(self, dest: Path) -> None:
+        """Creates `dest` (absent when called) with the tree; blocking; raises on failure."""
+        ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class BaseSpec:
-    """How to build a base: copy `source` (a directory; None starts empty), then run `setup`."""
+    """How to build a base: copy `source` (a directory, a TreeSource; None starts empty), then
+    run `setup`."""
 
     key: str
     """The task or repo id (e.g. "django__django-11099" or "requests@v2.31.0")."""
-    source: str | None = None
+    source: str | TreeSource | None = None
     setup: tuple[str, ...] = ()
     setup_network: bool = False
     """Setup commands may reach the network (pip install); agent commands never do by default."""
@@ -102,8 +122,11 @@ class BaseSpec:
 
     @property
     def digest(self) -> str:
-        """Content address: the key, the source path, the setup commands and their network."""
-        blob = json.dumps([self.key, self.source and os.path.abspath(self.source), list(self.setup),
+        """Content address: the key, the source path (or the TreeSource's digest), the setup
+        commands and their network."""
+        source = self.source.digest if isinstance(self.source, TreeSource) else (
+            self.source and os.path.abspath(self.source))
+        blob = json.dumps([self.key, source, list(self.setup),
                            self.setup_network, sorted(self.setup_env.items())])
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -176,6 +199,11 @@ async def _build(spec: BaseSpec, home: Path, allow_unsandboxed: bool) -> None:
     await asyncio.to_thread(remove_tree, tree)
     if spec.source is None:
         tree.mkdir()
+    elif isinstance(spec.source, TreeSource):
+        try:
+            await asyncio.to_thread(spec.source.fill, tree)
+        except Exception as err:  # the source's own error (a task that cannot be built)
+            raise BaseBuildError(f"base {spec.key}: its source could not be made: {err}") from err
     else:
         if not Path(spec.source).is_dir():
             raise BaseBuildError(f"base {spec.key}: source {spec.source} is not a directory")
@@ -193,7 +221,9 @@ async def _build(spec: BaseSpec, home: Path, allow_unsandboxed: bool) -> None:
             raise BaseBuildError(f"base {spec.key}: setup command {command!r} "
                                  f"{'timed out' if result.timed_out else f'exited {result.exit_code}'}"
                                  f":\n{result.output[-2000:]}")
-    info = {"key": spec.key, "digest": spec.digest, "source": spec.source, "setup": list(spec.setup),
+    source = f"{type(spec.source).__name__}:{spec.source.digest}" if isinstance(spec.source, TreeSource) \
+        else spec.source
+    info = {"key": spec.key, "digest": spec.digest, "source": source, "setup": list(spec.setup),
             "build_s": round(time.perf_counter() - started, 3), "built": time.time()}
     (home / f"{READY}.tmp").write_text(json.dumps(info, indent=1))
     os.replace(home / f"{READY}.tmp", home / READY)
@@ -338,14 +368,15 @@ class Environment:
         return tree_diff(self.base.path, self.root, self.layer.upper, include_ignored=include_ignored)
 
     async def grade(self, tests: Sequence[str], diff: str | None = None, *,
-                    patches: Sequence[str] = (), timeout_s: float | None = None) -> GradeResult:
+                    patches: Sequence[str] = (), exclude_paths: Collection[str] = (),
+                    timeout_s: float | None = None) -> GradeResult:
         """Runs `tests` in a fresh view of the base with `diff` (default: this environment's
         diff) and then `patches` applied; this environment is not touched."""
         if diff is None:
             diff = await asyncio.to_thread(self.diff)
-        return await grade(self.base, tests, diff, patches=patches, limits=self.limits,
-                           state_dir=self.state_dir, filesystem=self.layer.level, timeout_s=timeout_s,
-                           allow_unsandboxed=self.allow_unsandboxed)
+        return await grade(self.base, tests, diff, patches=patches, exclude_paths=exclude_paths,
+                           limits=self.limits, state_dir=self.state_dir, filesystem=self.layer.level,
+                           timeout_s=timeout_s, allow_unsandboxed=self.allow_unsandboxed)
 
     async def healthy(self) -> bool:
         """The view is mounted and readable and a command runs in the sandbox."""
@@ -378,12 +409,16 @@ class Environment:
 
 
 async def grade(base: Base, tests: Sequence[str], diff: str | None = None, *,
-                patches: Sequence[str] = (), limits: Limits | None = None,
-                state_dir: str | os.PathLike[str] | None = None, filesystem: FsLevel | None = None,
-                timeout_s: float | None = None, allow_unsandboxed: bool = False) -> GradeResult:
-    """Applies `diff` and then `patches` (e.g. a task's test_patch) to a fresh view of `base`,
-    runs `tests` there one by one (each must exit 0) and tears the view down."""
+                patches: Sequence[str] = (), exclude_paths: Collection[str] = (),
+                limits: Limits | None = None, state_dir: str | os.PathLike[str] | None = None,
+                filesystem: FsLevel | None = None, timeout_s: float | None = None,
+                allow_unsandboxed: bool = False) -> GradeResult:
+    """Applies `diff` (less its sections for `exclude_paths`: a task's test files, which the
+    agent may not change) and then `patches` (e.g. a task's test_patch) to a fresh view of
+    `base`, runs `tests` there one by one (each must exit 0) and tears the view down."""
     started = time.perf_counter()
+    if diff and exclude_paths:
+        diff = without_paths(diff, frozenset(exclude_paths))
     env = await Environment.create(base, limits=limits, state_dir=state_dir, filesystem=filesystem,
                                    kind="grade", allow_unsandboxed=allow_unsandboxed)
     try:
@@ -396,7 +431,7 @@ async def grade(base: Base, tests: Sequence[str], diff: str | None = None, *,
                                    time.perf_counter() - started)
         results = []
         for command in tests:
-            results.append(await env.run(command, timeout_s=timeout_s))
+            results.append(await env.run(command, timeout_s=timeout_s, max_output_bytes=GRADE_OUTPUT_BYTES))
         passed = all(r.exit_code == 0 for r in results)
         return GradeResult(passed, True, tuple(tests), tuple(results), "".join(outputs),
                            env.isolation, time.perf_counter() - started)

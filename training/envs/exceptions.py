@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class EnvError(Exception):
     """Base class of everything training.envs raises on purpose."""
@@ -32,3 +34,13 @@ class SchedulerClosedError(EnvError):
 
 class SetupError(EnvError):
     """An environment's own setup command exited non-zero (the environment was closed)."""
+
+
+class RolloutFailed(Exception):
+    """Raised by a job's rollout that failed but has something to hand back (`output`, e.g. the
+    path of the session log it wrote): JobResult.output carries it. Not an EnvError: the job is
+    not retried."""
+
+    def __init__(self, message: str, output: Any = None) -> None:
+        super().__init__(message)
+        self.output = output

@@ -41,7 +41,13 @@ from typing import Any, Literal
 
 from agent.sandbox import isolation_status, sandbox_support
 from training.envs.env import Base, BaseSpec, Environment, GradeResult, Limits, Rollout, grade
-from training.envs.exceptions import BaseBuildError, EnvError, SchedulerClosedError, SetupError
+from training.envs.exceptions import (
+    BaseBuildError,
+    EnvError,
+    RolloutFailed,
+    SchedulerClosedError,
+    SetupError,
+)
 from training.envs.fs import FsLevel, FsSupport, probe_levels
 from training.envs.registry import Registry, default_base_dir, default_state_dir, reap
 
@@ -60,6 +66,8 @@ class Job:
     """Grade stage commands (skipped when empty), run in a fresh view with the diff applied."""
     patches: tuple[str, ...] = ()
     """Applied after the diff when grading (a task's test_patch)."""
+    exclude_paths: tuple[str, ...] = ()
+    """Files whose changes are left out of the diff when grading (a task's test files)."""
     setup: tuple[str, ...] = ()
     """Per-environment setup commands (the base's own setup runs once per base)."""
     limits: Limits = field(default_factory=Limits)
@@ -72,7 +80,8 @@ class Job:
 class JobResult:
     id: str
     output: Any = None
-    """What `job.run` returned, or the commands' SandboxResults."""
+    """What `job.run` returned, or the commands' SandboxResults; for a rollout that raised
+    RolloutFailed, its `output` (what it had, e.g. its session log's path)."""
     diff: str = ""
     grade: GradeResult | None = None
     isolation: str = ""
@@ -182,7 +191,7 @@ class Runner:
         except EnvError as err:
             outcome = Outcome(error=_describe(err), retryable=True)
         except Exception as err:  # a rollout's own failure: reported, not retried
-            outcome = Outcome(error=_describe(err))
+            outcome = Outcome(error=_describe(err), value=err.output if isinstance(err, RolloutFailed) else None)
         outcome.seconds, outcome.worker = time.perf_counter() - started, self.name
         return outcome
 
@@ -225,8 +234,9 @@ class Runner:
 
     async def _grade(self, slot: _Slot) -> Outcome:
         job = slot.job
-        result = await grade(slot.base, job.tests, slot.diff, patches=job.patches, limits=job.limits,
-                             state_dir=self.state_dir, filesystem=job.filesystem)
+        result = await grade(slot.base, job.tests, slot.diff, patches=job.patches,
+                             exclude_paths=job.exclude_paths, limits=job.limits, state_dir=self.state_dir,
+                             filesystem=job.filesystem, allow_unsandboxed=self.allow_unsandboxed)
         return Outcome(value=result)
 
     async def finish(self, job_id: str) -> None:
@@ -486,6 +496,7 @@ class Scheduler:
                 outcome = await self._call("run", worker.run, job.id)
             result.timings["run"] = outcome.seconds
             if outcome.error is not None:
+                result.output = outcome.value
                 return "run", outcome
             result.output, result.diff = outcome.value
             if job.tests:

@@ -7,6 +7,7 @@
 -- wait has a timeout, so a broken plugin fails the scenario instead of hanging Neovim.
 
 local ctx = vim.json.decode(vim.env.COMPOSER_NVIM_TEST)
+local START_MS = 40000 -- composer.nvim's own wait for the server to start (its default: 10 s)
 local result = { scenario = ctx.scenario }
 local turns = {} -- the data of each `User ComposerTurnDone`
 local S = {}
@@ -24,6 +25,8 @@ local function check(cond, message)
   end
 end
 
+-- Waits for `fn` up to `ms`: bounds on a failure, generous so that a busy machine (slow to start
+-- Python, slow to answer) is not one. Neovim itself has 120 s (tests/editors/test_nvim.py).
 local function wait(ms, fn, what)
   if not vim.wait(ms, fn, 10) then
     error('timed out waiting for ' .. what, 2)
@@ -40,7 +43,7 @@ local function chat_text()
 end
 
 local function wait_turn(n)
-  wait(10000, function()
+  wait(20000, function()
     return #turns >= n
   end, ('turn %d to end (chat so far:\n%s)'):format(n, chat_text()))
   return turns[n]
@@ -48,10 +51,10 @@ end
 
 --- setup() as a user would, then open hello.py and wait for composer-lsp to attach to it.
 local function start(config)
-  require('composer').setup(vim.tbl_extend('force', { cmd = ctx.cmd }, config or {}))
+  require('composer').setup(vim.tbl_extend('force', { cmd = ctx.cmd, timeout = START_MS }, config or {}))
   vim.cmd.edit(vim.fn.fnameescape(ctx.ws .. '/hello.py'))
   local buf, win = vim.api.nvim_get_current_buf(), vim.api.nvim_get_current_win()
-  wait(15000, function()
+  wait(START_MS, function()
     return #vim.lsp.get_clients({ name = 'composer', bufnr = buf }) > 0
   end, 'composer-lsp to attach')
   result.root_dir = vim.lsp.get_clients({ name = 'composer', bufnr = buf })[1].root_dir
@@ -101,7 +104,7 @@ end
 
 function S.chat_without_file()
   vim.cmd.cd(vim.fn.fnameescape(ctx.ws))
-  require('composer').setup({ cmd = ctx.cmd })
+  require('composer').setup({ cmd = ctx.cmd, timeout = START_MS })
   vim.cmd('ComposerChat hi')
   local turn = wait_turn(1)
   result.root_dir = vim.lsp.get_clients({ name = 'composer' })[1].root_dir
@@ -110,7 +113,7 @@ function S.chat_without_file()
 end
 
 function S.chat_while_starting()
-  require('composer').setup({ cmd = ctx.cmd })
+  require('composer').setup({ cmd = ctx.cmd, timeout = START_MS })
   vim.cmd.edit(vim.fn.fnameescape(ctx.ws .. '/hello.py'))
   vim.cmd('ComposerChat hi') -- before composer-lsp has answered initialize
   local turn = wait_turn(1)
@@ -155,7 +158,7 @@ function S.stale_edit()
   vim.lsp.config('composer', { flags = { debounce_text_changes = 5000 } })
   local buf = start()
   vim.cmd('ComposerChat say goodbye')
-  wait(10000, function()
+  wait(20000, function()
     return chat_text():find('Changing', 1, true) ~= nil
   end, 'the reply to start')
   vim.api.nvim_buf_set_lines(buf, 1, 1, false, { '# typed while Composer works' })
@@ -169,7 +172,7 @@ end
 function S.cancel()
   start()
   vim.cmd('ComposerChat talk')
-  wait(10000, function()
+  wait(20000, function()
     return select(2, chat_text():gsub('word', '')) >= 3
   end, 'the slow reply to stream')
   vim.cmd('ComposerCancel')
@@ -197,7 +200,7 @@ function S.permission_reject()
   local buf = start()
   local asked = answer_permissions('reject_once')
   vim.cmd('ComposerMode review')
-  wait(5000, function()
+  wait(20000, function()
     return chat_text():find('mode: review', 1, true) ~= nil
   end, 'session/set_mode')
   vim.cmd('ComposerChat say goodbye')
