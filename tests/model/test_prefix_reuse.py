@@ -169,3 +169,28 @@ def test_interleaved_requests_with_prefix_reuse_equal_cache_less_ones(monkeypatc
         assert again.cached_tokens > 0 or len(prompt) <= engine.prefix.block
     assert check_against(expected, recorder.take()) == 6
     engine.close()
+
+
+@pytest.mark.parametrize("quantize", ["none", "int4"])
+def test_a_weight_load_empties_the_prefix_cache(monkeypatch, quantize):
+    """After load_weights (also under the same version number) nothing cached is reused: the
+    next requests equal a cache-less engine on the new weights, and only then hit again."""
+    recorder = Recorder(monkeypatch)
+    rng = random.Random(5)
+    prompts = [[rng.randrange(256) for _ in range(40)] for _ in range(2)]
+    new_weights = Transformer(ModelConfig.debug(max_position_embeddings=256)).init_weights(seed=12).eval()
+    state = {name: t.clone() for name, t in new_weights.state_dict().items()}  # quantize_model works in place
+    expected = reference(quantize_model(new_weights, quantize), prompts, recorder)
+    engine = Engine(make_model(quantize), ByteTokenizer(), max_batch=2, prefix_block=8)
+    for version in (1, 1):  # a reload under the same number is new weights too
+        engine.generate(prompts, PARAMS)
+        assert engine.generate(prompts[:1], PARAMS)[0].cached_tokens > 0
+        recorder.take()
+        engine.load_weights(state, version=version)
+        assert engine.prefix_cache_report()["used_tokens"] == 0
+        after = [engine.generate([p], PARAMS)[0] for p in prompts]
+        assert [a.cached_tokens for a in after] == [0, 0] and {a.weight_version for a in after} == {1}
+        assert check_against(expected, recorder.take()) == 2
+    [again] = engine.generate(prompts[:1], PARAMS)
+    assert again.cached_tokens > 0 and check_against(expected, recorder.take()) == 1
+    engine.close()
