@@ -1,27 +1,35 @@
-"""The inference engine: continuous batching over a preallocated KV cache, greedy and sampled
-decoding, streaming, stop sequences, logprobs, routed-expert records, and exact prompt-lookup
-speculative decoding.
+"""The inference engine: continuous batching over a preallocated KV cache with prefix reuse,
+chunked prefill interleaved with decoding, greedy and sampled decoding, streaming, stop
+sequences, logprobs, routed-expert records, and exact prompt-lookup speculative decoding.
 
-One worker thread owns the model. Requests queue up; each step admits waiting requests into free
-cache rows (prefill), then decodes every active row together, verifying each row's draft tokens
-in the same forward pass. Finished rows leave at once and a waiting request takes their place.
-A lone sequence's plain steps on an int4 model run as one C++ call instead (model/fused_decode.py,
-the same logits).
+One worker thread owns the model. Requests queue up; each iteration of the worker
+- admits waiting requests into free cache rows, copying the longest cached prefix of each
+  prompt into its row (model/prefix_cache.py); a request whose prompt shares an uncached
+  prefix with one being prefilled waits for it, so an RL group prefills its prompt once;
+- decodes one token of every decoding sequence together (model/fused_decode.py's C++ step, or
+  the Python path when drafts are verified or the step is unavailable);
+- prefills the next chunk of the waiting prompts, several sequences in one forward, with at most
+  `prefill_chunk` tokens while others decode (so a long prompt delays their next token by one
+  chunk, not by its whole prefill) and `idle_prefill_chunk` when nobody does.
+Finished sequences leave at once and free their row. Every kernel is row-invariant
+(model/kernels.py), so a request's tokens and logits do not depend on what it was batched with or
+on what the prefix cache held.
 
     engine = Engine.from_pretrained()                    # composer-mini, built on first use
     [out] = engine.generate([engine.tokenizer.encode_chat(messages)], SamplingParams(max_tokens=64))
     async for event in engine.stream(prompt_ids, params): print(event.text, end="")
+    engine.prefix_cache_report()                         # sizes, hits, evictions
     engine.load_weights(state_dict, version=3)           # RL weight sync (see load_weights)
 
 Weight versions: `engine.weight_version` (0 at load unless given) names the weights; every
 Completion carries the version it ran on. A request runs on one version from prefill to its last
-token: `load_weights` swaps only between decoding steps, after the requests running at that
-moment have finished ("finish", the default) or have been ended with finish_reason "abort"
-("abort"; the caller resumes one by sending prompt_ids + token_ids as a new request). Requests
-that arrive meanwhile wait and run on the new weights. The KV cache holds nothing across a load
-(model/layers.py's KVCache.reset states the rule a prefix cache must keep).
+token: `load_weights` swaps only between steps, after the requests running at that moment have
+finished ("finish", the default) or have been ended with finish_reason "abort" ("abort"; the
+caller resumes one by sending prompt_ids + token_ids as a new request). Requests that arrive
+meanwhile wait and run on the new weights. The prefix cache is keyed by the weight version (and
+the KV dtype) and emptied by a load: nothing computed with old weights is ever reused.
 
-Legend: B active rows, S positions fed per row this step, V vocab, L layers, k experts per token.
+Legend: B decoding sequences, N tokens in a forward, V vocab, L layers, k experts per token.
 """
 
 from __future__ import annotations
@@ -30,32 +38,36 @@ import asyncio
 import atexit
 import contextlib
 import queue
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from model.fused_decode import (
-    FusedDecode,
-    FusedDecodeUnavailable,
-    enabled_by_env,
-    unsupported_reason,
-)
+from model.fused_decode import FusedDecode, enabled_by_env, unsupported_reason
 from model.hf import load_model, load_state_dict
-from model.layers import KVCache
+from model.kernels import DECODE, PREFILL, Kernels
+from model.kv import KVCache, kv_dtype
 from model.openmp import release_openmp_threads
+from model.prefix_cache import DEFAULT_BLOCK, PrefixCache
+from model.runner import Runner
 from model.sampling import SamplingParams
 from model.sequence import Completion, Sequence, StreamEvent
 from model.speculative import propose
 from model.transformer import Transformer
 from model.weights import WeightUpdate
 
-PREFILL_CHUNK = 2048
+PREFILL_CHUNK = 512
+"""Most prompt tokens per iteration while other sequences decode."""
+IDLE_PREFILL_CHUNK = 4096
+"""Most prompt tokens per iteration when no sequence decodes."""
+PREFIX_CACHE_GB = 1.5
+DEDUP_BLOCKS = 2
+"""A request waits for another's prefill when that will compute at least this many blocks of its prompt."""
 IN_FLIGHT = ("finish", "abort")
 """What load_weights does with running requests: let them finish on the old weights, or end them."""
 
@@ -100,6 +112,7 @@ class _Pending:
     on_event: Callable[[StreamEvent], None]
     on_done: Callable[[Completion | BaseException], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
+    prompt_np: np.ndarray | None = None
 
 
 class Engine:
@@ -111,12 +124,20 @@ class Engine:
         max_batch: int = 8,
         max_seq_len: int | None = None,
         fused_decode: bool | None = None,
+        kv_cache_dtype: str | None = None,
+        prefix_cache_gb: float = PREFIX_CACHE_GB,
+        prefix_block: int = DEFAULT_BLOCK,
+        prefill_chunk: int = PREFILL_CHUNK,
+        idle_prefill_chunk: int = IDLE_PREFILL_CHUNK,
         weight_version: int = 0,
     ) -> None:
-        """`fused_decode`: decode a lone sequence's plain steps in one C++ call
-        (model/fused_decode.py; int4 models only, the same logits). None (default): when the
-        model is int4 and the extension builds, unless COMPOSER_FUSED_DECODE=0; True: required
-        (raises when unavailable); False: never. `weight_version` names the model's weights."""
+        """`fused_decode`: decode plain steps in one C++ call (model/fused_decode.py; int4 models,
+        the same logits). None (default): when the model is int4 and the extension builds, unless
+        COMPOSER_FUSED_DECODE=0; True: required (raises when unavailable); False: never.
+        `kv_cache_dtype`: "bf16" or "fp32"; None is bf16 for int4 models and fp32 otherwise (the
+        fp32 checkpoint's logprobs then match the trainer's). `prefix_cache_gb`: memory for reused
+        prompt prefixes (0 turns reuse off); it needs the C++ kernels (model/kernels.py).
+        `weight_version` names the model's weights."""
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = model.config
@@ -124,31 +145,42 @@ class Engine:
         self.max_seq_len = min(max_seq_len or self.config.max_position_embeddings, self.config.max_position_embeddings)
         self.dtype = model.embed.weight.dtype
         self.device = model.embed.weight.device
-        # One extra position: draft padding of short rows is written there and never attended to.
+        self.int4 = getattr(model, "quantization", "none") == "int4"
+        self.kv_dtype = kv_dtype(kv_cache_dtype or ("bf16" if self.int4 else "fp32"))
         self.weight_version = _check_version(weight_version)
-        self.cache = KVCache(self.config, max_batch, self.max_seq_len + 1, self.dtype, self.device, weight_version)
+        self.cache = KVCache(self.config, max_batch, self.max_seq_len, self.kv_dtype, self.device, self.weight_version)
+        cpu_fp32 = self.dtype == torch.float32 and self.device.type == "cpu"
+        self.kernels = Kernels.load() if cpu_fp32 else Kernels(None, "not fp32 on the CPU")
+        self.runner = Runner(model, self.cache, self.kernels)
+        self.prefix: PrefixCache | None = None
+        if prefix_cache_gb > 0 and self.kernels.row_invariant:
+            capacity = int(prefix_cache_gb * 2**30) // self.cache.bytes_per_position
+            self.prefix = PrefixCache(self.cache, capacity, prefix_block, self.config.top_k)
+        self.prefill_chunk, self.idle_prefill_chunk = prefill_chunk, idle_prefill_chunk
+        self._swap: _Swap | None = None
+        self._load_lock = threading.Lock()
+        self._waiting: list[_Pending] = []
         self._active: list[_Pending] = []
+        self._free_rows = list(range(max_batch - 1, -1, -1))
         self._queue: queue.Queue[_Pending] = queue.Queue()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._closed = False
         self._token_table = None
-        self._swap: _Swap | None = None
-        self._load_lock = threading.Lock()
         self.fused = self._build_fused(fused_decode)
         atexit.register(self.close)
 
-    def _build_fused(self, option: bool | None):
+    def _build_fused(self, option: bool | None) -> FusedDecode | None:
         if option is False or (option is None and (not enabled_by_env() or unsupported_reason(self.model))):
             return None  # models it cannot run (fp32, bf16) stay quiet: nothing is lost
-        try:
-            return FusedDecode.build(self.model, self.cache)
-        except FusedDecodeUnavailable as err:
+        if self.kernels.ext is None:
             if option:
-                raise
-            print(f"composer: fused decode unavailable, decoding on the eager path: {err}", file=sys.stderr, flush=True)
+                from model.fused_decode import FusedDecodeUnavailable
+
+                raise FusedDecodeUnavailable(self.kernels.reason or "the C++ extension is unavailable")
             return None
+        return FusedDecode.build(self.model, self.cache, self.kernels)
 
     @classmethod
     def from_pretrained(
@@ -179,6 +211,13 @@ class Engine:
                     tok.token_strings(), eos_token_ids=stops, special_token_ids=tok.special_token_ids
                 )
         return ToolCallConstraint(self._token_table, tools=tools, mode=mode)
+
+    def prefix_cache_report(self) -> dict[str, Any]:
+        """The prefix cache's configuration and counters (sizes, hits, evictions), or why it is off."""
+        if self.prefix is None:
+            reason = self.kernels.reason if not self.kernels.row_invariant else "prefix_cache_gb is 0"
+            return {"enabled": False, "reason": reason}
+        return {"enabled": True, "kv_dtype": str(self.kv_dtype).removeprefix("torch."), **self.prefix.report()}
 
     # ---- public API -----------------------------------------------------------------------------
 
@@ -311,6 +350,10 @@ class Engine:
             stop_ids = [] if params.ignore_eos else list(self.tokenizer.stop_token_ids)
         return Sequence(list(prompt_ids), params, stop_ids, self.tokenizer, self.max_seq_len)
 
+    def _namespace(self) -> tuple:
+        """What cached prefixes belong to: these weights (version and load), this KV dtype."""
+        return (self.weight_version, self.cache.resets, str(self.kv_dtype))
+
     # ---- worker ---------------------------------------------------------------------------------
 
     def _ensure_worker(self) -> None:
@@ -326,11 +369,12 @@ class Engine:
         torch.set_grad_enabled(False)
         idle = False
         while True:
+            self._take_queued()
             swap = self._swap
             if swap is not None and (not self._active or swap.in_flight == "abort"):
                 self._swap_weights(swap)
                 continue
-            if not self._active and self._queue.empty():
+            if not self._active and not self._waiting:
                 if self._closed:
                     return
                 if not idle:  # the next thread to run torch gets full-speed OpenMP workers
@@ -342,15 +386,19 @@ class Engine:
             idle = False
             try:
                 with torch.inference_mode():
-                    if swap is None:  # during a drain, new requests wait for the new weights
-                        self._admit()
-                    self._drop_cancelled()
-                    if self._active:
-                        self._decode_step()
+                    self._iteration()
             except Exception as err:  # a bug or out-of-memory: fail these requests, keep serving
                 for pending in self._active:
                     pending.on_done(err)
+                    self._free_rows.append(pending.seq.row)
                 self._active.clear()
+
+    def _take_queued(self) -> None:
+        while True:
+            try:
+                self._waiting.append(self._queue.get_nowait())
+            except queue.Empty:
+                return
 
     def _swap_weights(self, swap: _Swap) -> None:
         """On the worker, between steps, once no request is left running: the swap itself."""
@@ -362,10 +410,14 @@ class Engine:
                 self._after_step(pending)
                 swap.aborted += 1
             swap.update.apply()
-            self.cache.reset(swap.version)
+            # The runner's dense prefill copies and the fused step's references follow the new weights.
+            self.runner = Runner(self.model, self.cache, self.kernels)
             if self.fused is not None:
-                self.fused = FusedDecode.build(self.model, self.cache)
+                self.fused = FusedDecode.build(self.model, self.cache, self.kernels)
+            self.cache.reset(swap.version)
             self.weight_version = swap.version
+            if self.prefix is not None:
+                self.prefix.clear()
         except BaseException as err:  # not expected: every tensor was checked and converted
             swap.error = err
         finally:
@@ -373,105 +425,127 @@ class Engine:
             self._swap = None
             swap.done.set()
 
+    def _iteration(self) -> None:
+        if self._swap is None:  # during a drain, new requests wait for the new weights
+            self._admit()
+        self._drop_cancelled()
+        decoding = [p for p in self._active if p.seq.prefilled]
+        if decoding:
+            self._decode_step(decoding)
+        prefilling = [p for p in self._active if not p.seq.prefilled]
+        if prefilling:
+            self._prefill_step(prefilling, self.prefill_chunk if decoding else self.idle_prefill_chunk)
+
+    # ---- admission ------------------------------------------------------------------------------
+
     def _admit(self) -> None:
-        while len(self._active) < self.max_batch:
-            try:
-                pending = self._queue.get_nowait()
-            except queue.Empty:
+        for pending in list(self._waiting):
+            if not self._free_rows:
                 return
             if pending.cancelled.is_set():
+                self._waiting.remove(pending)
                 pending.seq.finish("cancelled")
                 self._after_step(pending)
                 continue
-            row = len(self._active)
-            self._active.append(pending)
-            try:
-                self._prefill(row, pending.seq)
-            except Exception as err:
-                self._active.pop()
-                pending.on_done(err)
+            if self._wait_for_shared_prefill(pending):
                 continue
-            self._after_step(pending)
+            self._waiting.remove(pending)
+            seq = pending.seq
+            seq.row = self._free_rows.pop()
+            seq.admitted = time.perf_counter()
+            if self.prefix is not None:
+                nodes = self.prefix.match(seq.prompt_ids, self._namespace())
+                seq.prompt_experts.append(self.prefix.load(nodes, self.cache, seq.row))
+                seq.length = seq.cached_tokens = len(nodes) * self.prefix.block
+            self._active.append(pending)
 
-    def _prefill(self, row: int, seq: Sequence) -> None:
-        started = time.perf_counter()
-        ids = torch.tensor(seq.prompt_ids, device=self.device)
-        n = len(ids)
-        for start in range(0, n, PREFILL_CHUNK):
-            end = min(n, start + PREFILL_CHUNK)
-            out = self.model(
-                ids[start:end].unsqueeze(0),
-                positions_BS=torch.arange(start, end, device=self.device).unsqueeze(0),
-                cache=self.cache,
-                rows=slice(row, row + 1),
-                attend_len=end,
-                logits_at=torch.tensor([[end - start - 1]], device=self.device),
-                return_routing=seq.params.return_routing,
-            )
-            if out.routing_BSLk is not None:
-                seq.record_routing(out.routing_BSLk[0])
-        seq.length = n
-        seq.prefill_seconds = time.perf_counter() - started
-        seq.accept(out.logits[0, -1:], drafts=[])
+    def _wait_for_shared_prefill(self, pending: _Pending) -> bool:
+        """Whether `pending` should wait: a sequence being prefilled will compute a prefix of its
+        prompt (DEDUP_BLOCKS blocks or more) that the prefix cache can then give it."""
+        if self.prefix is None:
+            return False
+        if pending.prompt_np is None:
+            pending.prompt_np = np.asarray(pending.seq.prompt_ids)
+        mine = pending.prompt_np
+        for other in self._active:
+            seq = other.seq
+            if seq.prefilled:
+                continue
+            if other.prompt_np is None:
+                other.prompt_np = np.asarray(seq.prompt_ids)
+            n = min(len(mine) - 1, len(other.prompt_np))
+            differ = np.flatnonzero(mine[:n] != other.prompt_np[:n])
+            shared = int(differ[0]) if len(differ) else n
+            if shared - seq.length >= DEDUP_BLOCKS * self.prefix.block:
+                return True
+        return False
 
-    def _decode_step(self) -> None:
-        seqs = [p.seq for p in self._active]
+    # ---- prefill --------------------------------------------------------------------------------
+
+    def _prefill_step(self, prefilling: list[_Pending], budget: int) -> None:
+        """The next chunk of each prompt (in admission order, `budget` tokens in all), one forward."""
+        ids, rows, positions, plan = [], [], [], []
+        for pending in prefilling:
+            seq = pending.seq
+            n = min(len(seq.prompt_ids) - seq.length, budget)
+            if n <= 0:
+                break
+            ids += seq.prompt_ids[seq.length : seq.length + n]
+            rows += [seq.row] * n
+            positions += range(seq.length, seq.length + n)
+            plan.append((pending, n))
+            budget -= n
+        ends = np.cumsum([n for _, n in plan]) - 1
+        finishing = [i for i, (p, n) in enumerate(plan) if p.seq.length + n == len(p.seq.prompt_ids)]
+        out = self.runner.forward(torch.tensor(ids), torch.tensor(rows), torch.tensor(positions), PREFILL,
+                                  logits_at=[int(ends[i]) for i in finishing])
+        start = 0
+        for i, (pending, n) in enumerate(plan):
+            seq = pending.seq
+            seq.prompt_experts.append(out.experts_NLk[start : start + n])
+            seq.length += n
+            start += n
+            if self.prefix is not None:
+                self.prefix.store(seq.prompt_ids, seq.length, self.cache, seq.row,
+                                  torch.cat(seq.prompt_experts), self._namespace())
+            if i in finishing:
+                seq.prefill_seconds = time.perf_counter() - seq.admitted
+                seq.accept(out.logits[finishing.index(i)].unsqueeze(0).float(), drafts=[])
+                self._after_step(pending)
+
+    # ---- decode ---------------------------------------------------------------------------------
+
+    def _decode_step(self, decoding: list[_Pending]) -> None:
+        seqs = [p.seq for p in decoding]
         drafts = [self._draft(seq) for seq in seqs]
-        if self._fused_step(seqs, drafts):
-            return
-        S = 1 + max(len(d) for d in drafts)
-        B = len(seqs)
-        ids = torch.zeros(B, S, dtype=torch.long)
-        positions = torch.zeros(B, S, dtype=torch.long)
-        write_at = torch.full((B, S), self.max_seq_len, dtype=torch.long)  # padding -> spare slot
-        for b, (seq, draft) in enumerate(zip(seqs, drafts)):
-            fed = [seq.last_token, *draft]
-            ids[b, : len(fed)] = torch.tensor(fed)
-            positions[b] = (seq.length + torch.arange(S)).clamp(max=self.max_seq_len - 1)
-            write_at[b, : len(fed)] = positions[b, : len(fed)]
-        attend_len = max(seq.length + 1 + len(d) for seq, d in zip(seqs, drafts))
-        if B > 1:  # shorter rows read past their end (masked): that memory must hold numbers
-            for b, seq in enumerate(seqs):
-                self.cache.make_finite(b, seq.length, attend_len)
-        out = self.model(
-            ids.to(self.device),
-            positions_BS=positions.to(self.device),
-            cache=self.cache,
-            rows=slice(0, B),
-            attend_len=attend_len,
-            write_at_BS=write_at.to(self.device) if S > 1 else None,
-            return_routing=any(seq.params.return_routing for seq in seqs),
-        )
-        logits = out.logits.float().cpu()
-        for b, (pending, draft) in enumerate(zip(list(self._active), drafts)):
-            fed = pending.seq.accept(logits[b], drafts=draft)
-            if out.routing_BSLk is not None and pending.seq.params.return_routing:
-                pending.seq.record_routing(out.routing_BSLk[b, :fed])
-            pending.seq.length += fed
-        for pending in list(self._active):
+        if self.fused is not None and not any(drafts):
+            want = any(seq.params.return_routing for seq in seqs)
+            logits_BV, experts_BLk = self.fused.step(
+                [s.last_token for s in seqs], [s.row for s in seqs], [s.length for s in seqs], want
+            )
+            fed = [1] * len(seqs)
+            starts = list(range(len(seqs)))
+        else:
+            fed = [1 + len(d) for d in drafts]
+            starts = list(np.cumsum([0, *fed[:-1]]))
+            ids = [t for seq, d in zip(seqs, drafts) for t in (seq.last_token, *d)]
+            rows = [seq.row for seq, n in zip(seqs, fed) for _ in range(n)]
+            positions = [seq.length + j for seq, n in zip(seqs, fed) for j in range(n)]
+            out = self.runner.forward(torch.tensor(ids), torch.tensor(rows), torch.tensor(positions), DECODE)
+            logits_BV, experts_BLk = out.logits, out.experts_NLk
+        for pending, draft, start, n in zip(decoding, drafts, starts, fed):
+            seq = pending.seq
+            used = seq.accept(logits_BV[start : start + n].float(), drafts=draft)
+            if seq.params.return_routing and experts_BLk is not None:
+                seq.record_routing(experts_BLk[start : start + used])
+            seq.length += used
+        for pending in decoding:
             self._after_step(pending)
-
-    def _fused_applies(self, seq: Sequence) -> bool:
-        """Whether `seq`'s next plain step runs fused: it decodes alone, without routing records."""
-        return self.fused is not None and len(self._active) == 1 and not seq.params.return_routing
-
-    def _fused_step(self, seqs: list[Sequence], drafts: list[list[int]]) -> bool:
-        """The common case in one C++ call: one sequence, one new token, no routing records.
-        Returns False (nothing done) for anything else."""
-        if drafts[0] or not self._fused_applies(seqs[0]):
-            return False
-        seq = seqs[0]
-        if seq.length >= self.max_seq_len:  # the eager path's clamped position: leave it to it
-            return False
-        logits_1V = self.fused.step(seq.last_token, seq.length)  # cache row 0: the only active row
-        seq.length += seq.accept(logits_1V, drafts=[])
-        self._after_step(self._active[0])
-        return True
 
     def _draft(self, seq: Sequence) -> list[int]:
         if not seq.params.use_speculation:
             return []
-        if seq.params.speculative is None and self._fused_applies(seq):
+        if seq.params.speculative is None and self.fused is not None:
             # The engine's choice: a fused step (~7 ms) beats verifying drafts on the eager
             # path, even when most drafts are accepted (docs/benchmarks.md). Asked-for drafts stay.
             return []
@@ -481,6 +555,8 @@ class Engine:
         room = min(seq.draft_limit, seq.tokens_left - 1, self.max_seq_len - seq.length - 1)
         return propose(np.asarray(seq.all_ids), room) if room > 0 else []
 
+    # ---- leaving --------------------------------------------------------------------------------
+
     def _after_step(self, pending: _Pending) -> None:
         seq = pending.seq
         event = seq.take_event()
@@ -488,7 +564,8 @@ class Engine:
             pending.on_event(event)
         if seq.finish_reason is not None:
             if pending in self._active:
-                self._release(pending)
+                self._active.remove(pending)
+                self._free_rows.append(seq.row)
             done = seq.completion()
             done.weight_version = self.weight_version
             pending.on_done(done)
@@ -498,16 +575,6 @@ class Engine:
             if pending.cancelled.is_set():
                 pending.seq.finish("cancelled")
                 self._after_step(pending)
-
-    def _release(self, pending: _Pending) -> None:
-        """Removes a finished row, moving the last active row into its cache slot."""
-        row = self._active.index(pending)
-        last = len(self._active) - 1
-        if row != last:
-            moved = self._active[last]
-            self.cache.move_row(last, row, moved.seq.length)
-            self._active[row] = moved
-        self._active.pop()
 
 
 def _check_version(version: object) -> int:

@@ -1,45 +1,36 @@
-"""The decoding step of one sequence as one C++ call, for int4 models on the CPU.
+"""The decoding step of B sequences as one C++ call, for int4 models on the CPU.
 
-Eager decoding of composer-mini issues about 2,000 small ATen ops a token from Python, and at
-10-15 us each they cost more than the int4 matmuls themselves. model/csrc/fused_decode.cpp runs
-the same step (embedding, 30 layers of norm / int4 qkv / rotary / cache write / attention / int4
-output projection / router / the chosen experts, final norm and int8 head) in one call: the
-reductions and matmuls are the ATen ops the Python path calls and the elementwise work is plain
-loops, so its logits are bit-identical to the eager path's (tests/model/test_fused_decode.py).
+Python decoding of composer-mini issues about 2,000 small ATen ops a token, and at 10-15 us each
+they cost more than the int4 matmuls themselves. model/csrc/fused_decode.cpp runs the same step
+(model/runner.py's DECODE role: embedding, 30 layers of norm / int4 qkv / rotary / cache write /
+attention / int4 output projection / router / the chosen experts, final norm and int8 head) for
+every decoding sequence in one call: the reductions and matmuls are the ops the Python path calls
+and the elementwise work is plain loops, so its logits are bit-identical to the Python path's
+(tests/model/test_fused_decode.py). It serves what sessions ask for: several sequences at once,
+each in its own cache row, routed experts recorded, logprobs and the tool-call constraint (both
+applied by the sampler to the logits it returns).
 
-The extension compiles on first use (20-60 s with g++ and ninja) into
-`$COMPOSER_HOME/torch_extensions/` (a directory per torch version and source file) and loads from
-there afterwards. When it cannot (no compiler,
-a build error) the engine keeps the eager path and says why once on stderr.
-`COMPOSER_FUSED_DECODE=0` turns it off.
+The extension is model/cpu_ext.py's (compiled on first use). `COMPOSER_FUSED_DECODE=0` turns the
+fused step off.
 
     from model.fused_decode import FusedDecode
-    fused = FusedDecode.build(model, cache)      # model quantized with quantize_model(.., "int4")
-    logits_1V = fused.step(token_id, position)   # writes the cache at `position` of row 0
+    fused = FusedDecode.build(model, cache, kernels)     # model quantized with quantize_model(.., "int4")
+    logits_BV, experts_BLk = fused.step(tokens, rows, positions, routing=True)
 
-Legend: V vocab, E experts.
+Legend: B sequences, V vocab, L layers, k experts per token.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import sys
-import threading
-from pathlib import Path
 
 import torch
 
-from model.layers import KVCache
+from model.kernels import Kernels
+from model.kv import KVCache
 from model.transformer import Transformer
 
-SOURCE = Path(__file__).resolve().parent / "csrc" / "fused_decode.cpp"
 ENV_VAR = "COMPOSER_FUSED_DECODE"
-
-_lock = threading.Lock()
-_module = None
-_error: str | None = None
 
 
 class FusedDecodeUnavailable(RuntimeError):
@@ -48,62 +39,6 @@ class FusedDecodeUnavailable(RuntimeError):
 
 def enabled_by_env() -> bool:
     return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def build_directory() -> Path:
-    """Per torch and Python version (an extension built against another torch must not load) and
-    per source file, by its path and content: torch rebuilds whenever the build command or the
-    source changes, so checkouts sharing one directory would otherwise rebuild in turn."""
-    from model.home import composer_home
-
-    source = hashlib.sha1(str(SOURCE).encode() + b"\0" + SOURCE.read_bytes()).hexdigest()[:12]
-    tag = f"torch-{torch.__version__}-py{sys.version_info.major}{sys.version_info.minor}-{source}".replace("+", "_")
-    return composer_home() / "torch_extensions" / tag / "fused_decode"
-
-
-def load_extension():
-    """The compiled module (built once per process, and once per machine thanks to the cache
-    directory); raises FusedDecodeUnavailable with the reason when it cannot be had."""
-    global _module, _error
-    with _lock:
-        if _module is None and _error is None:
-            _module, _error = _compile()
-        if _error is not None:
-            raise FusedDecodeUnavailable(_error)
-        return _module
-
-
-def _compile():
-    compiler = os.environ.get("CXX", "c++")
-    if shutil.which(compiler) is None:
-        return None, f"no C++ compiler ({compiler!r} is not on PATH)"
-    try:
-        from torch.utils import cpp_extension
-
-        if not cpp_extension.is_ninja_available():
-            return None, "ninja is not installed (torch.utils.cpp_extension needs it)"
-        from model.home import file_lock
-
-        directory = build_directory()
-        directory.mkdir(parents=True, exist_ok=True)
-        # An fcntl lock (released if the process dies): torch's own lock file, left behind by a
-        # build that was killed, would make every later load wait forever.
-        with file_lock(directory):
-            (directory / "lock").unlink(missing_ok=True)
-            if not (directory / "fused_decode.so").exists():
-                print(f"composer: compiling the fused decode step into {directory} (once; 20-60 s)",
-                      file=sys.stderr, flush=True)
-            module = cpp_extension.load(
-                name="fused_decode",
-                sources=[str(SOURCE)],
-                build_directory=str(directory),
-                # No fused multiply-add: rotary's x * cos + r * sin rounds like the eager ops.
-                extra_cflags=["-O3", "-ffp-contract=off"],
-                verbose=False,
-            )
-        return module, None
-    except Exception as err:  # compiler errors arrive as RuntimeError/OSError/ImportError
-        return None, f"building {SOURCE.name} failed: {str(err).strip()[-2000:]}"
 
 
 def unsupported_reason(model: Transformer) -> str | None:
@@ -139,13 +74,12 @@ class FusedDecode:
         self._decoder = decoder
 
     @classmethod
-    def build(cls, model: Transformer, cache: KVCache) -> FusedDecode:
-        reason = unsupported_reason(model)
+    def build(cls, model: Transformer, cache: KVCache, kernels: Kernels) -> FusedDecode:
+        reason = unsupported_reason(model) or (None if kernels.ext is not None else kernels.reason)
         if reason is not None:
             raise FusedDecodeUnavailable(reason)
-        ext = load_extension()
         config = model.config
-        decoder = ext.FusedDecoder(
+        decoder = kernels.ext.FusedDecoder(
             config.num_heads, config.num_kv_heads, config.head_dim, config.top_k, config.rms_norm_eps,
             model.embed.weight.detach(), model.rotary.cos, model.rotary.sin, model.norm.weight.detach(),
             model.lm_head.q_OI, model.lm_head.scale_O,
@@ -153,20 +87,24 @@ class FusedDecode:
         for layer, cache_k, cache_v in zip(model.layers, cache.k, cache.v):
             attn, moe = layer.attn, layer.moe
             experts = moe.experts
+            router = moe.router.weight.detach() if config.num_experts > 1 else torch.empty(0)
             decoder.add_layer(
                 layer.attn_norm.weight.detach(), attn.qkv.packed, attn.qkv.scales_and_zeros,
                 attn.o_proj.packed, attn.o_proj.scales_and_zeros,
-                layer.ffn_norm.weight.detach(), moe.router.weight.detach(),
+                layer.ffn_norm.weight.detach(), router,
                 [w.packed for w in experts.w13], [w.scales_and_zeros for w in experts.w13],
                 [w.packed for w in experts.w2], [w.scales_and_zeros for w in experts.w2],
                 attn.qkv.group_size, cache_k, cache_v,
             )
         return cls(decoder)
 
-    def step(self, token: int, position: int, row: int = 0) -> torch.Tensor:
-        """Feeds `token` at `position` of cache row `row`, attending to positions [0, position];
-        returns the logits (1, V) fp32. Releases the GIL while it runs."""
-        return self._decoder.step(token, position, row)
+    def step(self, tokens: list[int], rows: list[int], positions: list[int],
+             routing: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Feeds tokens[b] at positions[b] of cache row rows[b], each attending to positions
+        [0, positions[b]] of its row; returns the logits (B, V) fp32 and, with `routing`, the
+        routed experts (B, L, k). Releases the GIL while it runs."""
+        logits, experts = self._decoder.step(torch.tensor(tokens), torch.tensor(rows), torch.tensor(positions), routing)
+        return logits, (experts if routing else None)
 
     def profile(self, on: bool = True) -> dict[str, float] | None:
         """Turns per-part timing on or off; returns the seconds accumulated since the last call

@@ -11,7 +11,10 @@ Besides the OpenAI fields, a request may carry vendor fields: `return_token_ids`
 response gets `prompt_token_ids` and `choices[i].token_ids`), `return_routed_experts` (the
 response gets `choices[i].routed_experts`, nested lists (positions, layers, k)),
 `constrained_tool_calls` (default true when tools are in use: decode tool calls under
-model/constrained.py's ToolCallConstraint) and `speculative` (prompt-lookup decoding on or off).
+model/constrained.py's ToolCallConstraint), `speculative` (prompt-lookup decoding on or off), and
+vLLM's sampling extensions `ignore_eos`, `min_tokens`, `top_k` (-1 or 0: off) and
+`repetition_penalty`. `usage.prompt_tokens_details.cached_tokens` counts the prompt tokens the
+engine's prefix cache served.
 
 The model writes tool calls as `<tool_call>` blocks; `ToolTextSplitter` turns its text, whole or
 streamed, into content and `ToolCall`s, with undecodable blocks kept verbatim as content. Used by
@@ -53,7 +56,8 @@ _KNOWN_FIELDS = frozenset({
     "model", "messages", "tools", "tool_choice", "max_tokens", "max_completion_tokens",
     "temperature", "top_p", "seed", "stop", "n", "stream", "stream_options", "logprobs",
     "top_logprobs", "parallel_tool_calls", "return_token_ids", "return_routed_experts",
-    "constrained_tool_calls", "speculative", *_NO_OP_FIELDS,
+    "constrained_tool_calls", "speculative", "ignore_eos", "min_tokens", "top_k", "repetition_penalty",
+    *_NO_OP_FIELDS,
 })
 
 
@@ -102,13 +106,18 @@ class GenerationRequest:
     return_routed_experts: bool = False
     constrained_tool_calls: bool = False
     speculative: bool | None = None
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    top_k: int = 0
+    repetition_penalty: float = 1.0
 
     def sampler(self, max_tokens: int, constraint: Any, stop: list[str], top_logprobs: int) -> SamplingParams:
         return SamplingParams(
             max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
             stop=stop, top_logprobs=top_logprobs,
             return_routing=self.return_routed_experts, speculative=self.speculative,
-            constraint=constraint,
+            constraint=constraint, ignore_eos=self.ignore_eos, min_tokens=min(self.min_tokens, max_tokens),
+            top_k=self.top_k, repetition_penalty=self.repetition_penalty,
         )
 
 
@@ -378,7 +387,10 @@ def generation_fields(body: dict[str, Any]) -> dict[str, Any]:
         "return_token_ids": bool(_bool(body, "return_token_ids", False)),
         "return_routed_experts": bool(_bool(body, "return_routed_experts", False)),
         "constrained_tool_calls": bool(_bool(body, "constrained_tool_calls", bool(tools))) and bool(tools),
-        "speculative": speculative,
+        "speculative": speculative, "ignore_eos": bool(_bool(body, "ignore_eos", False)),
+        "min_tokens": _int(body, "min_tokens", 0, 2**31 - 1) or 0,
+        "top_k": max(0, _int(body, "top_k", -1, 2**31 - 1) or 0),  # vLLM's -1 and 0 both mean off
+        "repetition_penalty": _number(body, "repetition_penalty", 0.0, 100.0, 1.0, open_lo=True),
     }
 
 
@@ -474,10 +486,12 @@ class TokenText:
         return entries
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    """OpenAI's usage object; `cached_tokens`: prompt tokens served from the prefix cache."""
     return {
         "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 

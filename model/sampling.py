@@ -3,8 +3,9 @@ seeded generator, the sampled token's logprob and the top alternatives, and the 
 tool-call constraint (model/constrained.py) that masks candidates which would break a call.
 
 Logprobs (the "sampling" convention, the one session logs record and the trainer recomputes):
-log_softmax(logits / T) over the whole vocabulary, with T = 1 for greedy decoding, taken before
-top-p truncation and before the tool-call constraint.
+log_softmax(logits / T) over the whole vocabulary, with T = 1 for greedy decoding, after the
+repetition penalty and min_tokens' ban on stop tokens, taken before top-k and top-p truncation
+and before the tool-call constraint.
 
 Each choice also says whether the constraint forced it: the constraint allowed only that one
 token, or it replaced the sampler's own choice (greedy: the best token was not allowed; sampling:
@@ -49,6 +50,14 @@ class SamplingParams:
     """Most draft tokens verified per step."""
     constraint: Any = None
     """A per-request ToolCallConstraint; its tool calls come out well-formed."""
+    min_tokens: int = 0
+    """Generate at least this many tokens: until then stop tokens (end-of-turn included) cannot
+    be chosen and stop strings do not end the completion (vLLM's min_tokens)."""
+    top_k: int = 0
+    """Draw from the k likeliest tokens only (before top_p); 0 is all of them."""
+    repetition_penalty: float = 1.0
+    """Above 1, tokens already in the prompt or the output are discouraged: a positive logit is
+    divided by it, a negative one multiplied (vLLM's and transformers' rule); 1 is off."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
@@ -67,6 +76,12 @@ class SamplingParams:
             raise ValueError(
                 f"speculative decoding is exact only for greedy decoding; temperature is {self.temperature}"
             )
+        if not isinstance(self.min_tokens, int) or not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(f"min_tokens must be an integer in [0, max_tokens={self.max_tokens}], got {self.min_tokens!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be a non-negative integer (0: all tokens), got {self.top_k!r}")
+        if not 0.0 < self.repetition_penalty <= 100.0:
+            raise ValueError(f"repetition_penalty must be in (0, 100], got {self.repetition_penalty!r}")
         if not 0 <= self.num_speculative_tokens <= 64:
             raise ValueError(f"num_speculative_tokens must be in [0, 64], got {self.num_speculative_tokens!r}")
 
@@ -91,14 +106,17 @@ class Choice:
 class Sampler:
     """Chooses tokens for one request."""
 
-    def __init__(self, params: SamplingParams) -> None:
+    def __init__(self, params: SamplingParams, prompt_ids: list[int] = ()) -> None:
         self.params = params
         self.generator = torch.Generator()
         self.generator.manual_seed(params.seed if params.seed is not None else torch.seed())
+        self._seen = set(prompt_ids) if params.repetition_penalty != 1.0 else set()
+        """Tokens of the prompt and the output so far (for the repetition penalty)."""
 
-    def choose(self, logits_V: torch.Tensor, tokens_left: int) -> Choice:
+    def choose(self, logits_V: torch.Tensor, tokens_left: int, banned: frozenset[int] | set[int] = frozenset()) -> Choice:
+        """The next token from `logits_V`; `banned` tokens cannot be chosen (min_tokens)."""
         p = self.params
-        logprobs_V = torch.log_softmax(logits_V.float() / (p.temperature or 1.0), dim=-1)
+        logprobs_V = torch.log_softmax(self._adjusted(logits_V, banned) / (p.temperature or 1.0), dim=-1)
         constraint = p.constraint
         constrained = constraint is not None and constraint.is_constraining
         if p.greedy:
@@ -109,8 +127,25 @@ class Sampler:
         if p.top_logprobs:
             values, ids = logprobs_V.topk(p.top_logprobs)
             top = list(zip(ids.tolist(), values.tolist()))
+        if p.repetition_penalty != 1.0:
+            self._seen.add(token)
         forced = constrained and (replaced or _only_allowed(constraint, token, logprobs_V, tokens_left))
         return Choice(token, float(logprobs_V[token]), top, forced)
+
+    def _adjusted(self, logits_V: torch.Tensor, banned: frozenset[int] | set[int]) -> torch.Tensor:
+        """The logits after the repetition penalty, with banned tokens at -inf."""
+        logits_V = logits_V.float()
+        penalty = self.params.repetition_penalty
+        if penalty == 1.0 and not banned:
+            return logits_V
+        logits_V = logits_V.clone()
+        if penalty != 1.0 and self._seen:
+            seen = torch.tensor(sorted(self._seen))
+            values = logits_V[seen]
+            logits_V[seen] = torch.where(values > 0, values / penalty, values * penalty)
+        if banned:
+            logits_V[torch.tensor(sorted(banned))] = float("-inf")
+        return logits_V
 
     def _first_allowed(self, logprobs_V: torch.Tensor, tokens_left: int, constrained: bool) -> tuple[int, bool]:
         best = int(logprobs_V.argmax())
@@ -123,6 +158,10 @@ class Sampler:
     def _sample(self, logprobs_V: torch.Tensor, tokens_left: int, constrained: bool) -> tuple[int, bool]:
         """The drawn token, and whether the constraint replaced the first draw."""
         probs_V = logprobs_V.exp()
+        if 0 < self.params.top_k < probs_V.numel():
+            kth = probs_V.topk(self.params.top_k).values[-1]
+            probs_V = torch.where(probs_V >= kth, probs_V, 0.0)  # ties at the k-th all stay
+            probs_V = probs_V / probs_V.sum()
         if self.params.top_p < 1.0:
             sorted_p, order = probs_V.sort(descending=True)
             keep = sorted_p.cumsum(0) - sorted_p < self.params.top_p  # always keeps the top token

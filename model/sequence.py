@@ -46,11 +46,14 @@ class Completion:
     """(positions, L, k) experts per fed position: the prompt, then each generated token but the
     last (which was never fed back). None unless asked for."""
     prefill_seconds: float
+    """From admission (a cache row free) to the first token."""
     decode_seconds: float
     num_draft_tokens: int = 0
     num_accepted_draft_tokens: int = 0
     stop_reason: str | int | None = None
     """The stop string or token id that ended the completion, if one did."""
+    cached_tokens: int = 0
+    """Prompt tokens served from the prefix cache instead of computed."""
     weight_version: int = 0
     """The engine's weight version the whole completion ran on (Engine.load_weights)."""
     forced: list[bool] = field(default_factory=list)
@@ -62,7 +65,7 @@ class Sequence:
         self.prompt_ids = prompt_ids
         self.params = params
         self.stop_ids = frozenset(stop_ids)
-        self.sampler = Sampler(params)
+        self.sampler = Sampler(params, prompt_ids)
         self.detok = tokenizer.incremental_decoder()
         self.max_seq_len = max_seq_len
         self.all_ids: list[int] = list(prompt_ids)
@@ -71,6 +74,14 @@ class Sequence:
         self.forced: list[bool] = []
         self.top: list[list[tuple[int, float]]] = []
         self.routing: list[torch.Tensor] = []
+        """Routed experts of the decoded positions (when asked for)."""
+        self.prompt_experts: list[torch.Tensor] = []
+        """Routed experts of the prompt positions computed or copied so far (always kept: the
+        prefix cache stores them)."""
+        self.row: int | None = None
+        """The KV cache row, from admission to the end."""
+        self.cached_tokens = 0
+        self.admitted = 0.0
         self.text = ""
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
@@ -92,6 +103,11 @@ class Sequence:
         return self.all_ids[-1]
 
     @property
+    def prefilled(self) -> bool:
+        """Whether the prompt is in the cache and the first token chosen."""
+        return bool(self.out_ids)
+
+    @property
     def tokens_left(self) -> int:
         return min(self.params.max_tokens - len(self.out_ids), self.max_seq_len - len(self.all_ids))
 
@@ -103,7 +119,8 @@ class Sequence:
         fed positions were valid (each choice used one)."""
         self.num_drafted += len(drafts)
         for i in range(len(drafts) + 1):
-            choice = self.sampler.choose(logits_SV[i], self.tokens_left)
+            early = len(self.out_ids) < self.params.min_tokens  # stop tokens wait for min_tokens
+            choice = self.sampler.choose(logits_SV[i], self.tokens_left, self.stop_ids if early else frozenset())
             self._append(choice.token, choice.logprob, choice.top, choice.forced)
             if self.finish_reason is not None or i == len(drafts) or choice.token != drafts[i]:
                 break
@@ -134,7 +151,7 @@ class Sequence:
             self.finish("stop", stop_reason=token)
             return
         self.text += self.detok.feed(token)
-        if self.params.stop and self._cut_at_stop_string():
+        if self.params.stop and len(self.out_ids) >= self.params.min_tokens and self._cut_at_stop_string():
             return
         if self.tokens_left <= 0:
             self.finish("length")
@@ -188,7 +205,9 @@ class Sequence:
         return event
 
     def completion(self) -> Completion:
-        routing = torch.cat(self.routing) if self.routing else None
+        routing = None
+        if self.params.return_routing and self.prompt_experts:
+            routing = torch.cat([e.to(torch.int16) for e in (*self.prompt_experts, *self.routing)])
         return Completion(
             prompt_ids=self.prompt_ids,
             token_ids=self.out_ids,
@@ -202,5 +221,6 @@ class Sequence:
             num_draft_tokens=self.num_drafted,
             num_accepted_draft_tokens=self.num_accepted,
             stop_reason=self.stop_reason,
+            cached_tokens=self.cached_tokens,
             forced=self.forced,
         )

@@ -4,6 +4,7 @@ out, as vLLM serves them: model/serve_completions.py), `/v1/models` and `/health
 
     python -m model.serve [--model DIR] [--host 127.0.0.1] [--port 8000]
                           [--served-model-name composer-mini] [--max-batch 8] [--api-key KEY]
+                          [--kv-cache-dtype bf16|fp32] [--prefix-cache-gb 1.5] [--prefill-chunk 512]
 
     curl localhost:8000/v1/chat/completions -H 'content-type: application/json' \\
         -d '{"model": "composer-mini", "messages": [{"role": "user", "content": "hi"}]}'
@@ -44,7 +45,7 @@ from aiohttp import web
 
 from model import weight_sync
 from model.constrained import ToolCallConstraint
-from model.engine import ContextLengthError, Engine
+from model.engine import PREFILL_CHUNK, PREFIX_CACHE_GB, ContextLengthError, Engine
 from model.home import DEFAULT_MODEL
 from model.openai_protocol import (
     ChatRequest,
@@ -179,7 +180,10 @@ class _Generation:
 
 async def health(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    return _json_response({"status": "ok", "model": state.model_name, "requests_in_flight": state.in_flight})
+    return _json_response({
+        "status": "ok", "model": state.model_name, "requests_in_flight": state.in_flight,
+        "prefix_cache": report() if (report := getattr(state.engine, "prefix_cache_report", None)) else None,
+    })
 
 
 async def list_models(request: web.Request) -> web.Response:
@@ -304,7 +308,7 @@ def _completion_body(state: ServerState, chat: ChatRequest, meta: ResponseMeta, 
     return chat_completion(
         meta, content=content, tool_calls=calls,
         finish_reason=finish_reason(done.finish_reason, bool(calls)),
-        usage=usage(len(done.prompt_ids), len(done.token_ids)), logprobs=logprobs,
+        usage=usage(len(done.prompt_ids), len(done.token_ids), done.cached_tokens), logprobs=logprobs,
         extra_choice=extra_choice, extra=extra,
     )
 
@@ -330,7 +334,12 @@ class _ChunkStream:
         self._ids += event.token_ids
         self._logprobs += event.logprobs
         self._top += event.top_logprobs
-        return self._deltas(self.splitter.feed(event.text))
+        chunks = self._deltas(self.splitter.feed(event.text))
+        if not chunks and event.token_ids and (self.chat.logprobs or self.chat.return_token_ids):
+            # Text held back (a tool call being written): its tokens still go out now, in an
+            # empty delta, as vLLM sends them.
+            chunks.append(self._chunk({}))
+        return chunks
 
     def finish(self, done: Completion) -> list[dict[str, Any]]:
         chunks = self._deltas(self.splitter.finish())
@@ -339,7 +348,7 @@ class _ChunkStream:
         version = {"weight_version": done.weight_version}
         chunks.append(self._chunk({}, finish_reason=reason, extra=version, extra_choice=extra_choice))
         if self.chat.include_usage:
-            totals = usage(len(done.prompt_ids), len(done.token_ids))
+            totals = usage(len(done.prompt_ids), len(done.token_ids), done.cached_tokens)
             chunks.append(chat_chunk(self.meta, None, usage=totals, include_usage=True))
         return chunks
 
@@ -457,6 +466,12 @@ def main(argv: list[str] | None = None) -> int:
         "--quantize", choices=["none", "int4"], default="int4",
         help="weights for CPU decoding: int4 (fast, the default) or none (the checkpoint's exact weights)",
     )
+    parser.add_argument("--kv-cache-dtype", choices=["bf16", "fp32"], default=None,
+                        help="KV cache precision (default: bf16 for int4 weights, fp32 for the checkpoint's)")
+    parser.add_argument("--prefix-cache-gb", type=float, default=PREFIX_CACHE_GB,
+                        help=f"memory for reused prompt prefixes, GiB (0: off; default {PREFIX_CACHE_GB})")
+    parser.add_argument("--prefill-chunk", type=int, default=PREFILL_CHUNK,
+                        help=f"most prompt tokens per step while other requests decode (default {PREFILL_CHUNK})")
     parser.add_argument("--api-key", default=os.environ.get("COMPOSER_API_KEY"),
                         help="require 'Authorization: Bearer KEY' (default: $COMPOSER_API_KEY)")
     parser.add_argument("--enable-weight-sync", action="store_true",
@@ -476,7 +491,12 @@ def main(argv: list[str] | None = None) -> int:
         if not args.weight_sync_token:
             print(f"weight sync: {weight_sync.TOKEN_HEADER}: {sync_token}", file=sys.stderr, flush=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    engine = Engine.from_pretrained(args.model, max_batch=args.max_batch, quantize=args.quantize)
+    if args.prefix_cache_gb < 0 or args.prefill_chunk < 1:
+        parser.error("--prefix-cache-gb must be >= 0 and --prefill-chunk >= 1")
+    engine = Engine.from_pretrained(
+        args.model, max_batch=args.max_batch, quantize=args.quantize, kv_cache_dtype=args.kv_cache_dtype,
+        prefix_cache_gb=args.prefix_cache_gb, prefill_chunk=args.prefill_chunk,
+    )
     app = create_app(engine, args.served_model_name, api_key=args.api_key, weight_sync_token=sync_token)
     log.info("serving %s on http://%s:%d/v1", args.served_model_name, args.host, args.port)
     try:

@@ -126,7 +126,7 @@ async def _complete(request: web.Request, generation: _Generation, chunks: _Chun
         log.info("client left; cancelled %s", chunks.meta.id)
         return web.Response(status=499)
     choice = chunks.piece(done.text, done.token_ids, done.logprobs, done.top_logprobs, done.forced, **chunks.final(done))
-    totals = usage(len(done.prompt_ids), len(done.token_ids))
+    totals = usage(len(done.prompt_ids), len(done.token_ids), done.cached_tokens)
     return _json_response(completion_object(chunks.meta, [choice], usage=totals, **chunks.tail(done)))
 
 
@@ -139,7 +139,7 @@ async def _stream(request: web.Request, generation: _Generation, chunks: _Chunks
             return [completion_object(meta, [piece])]
         out = [completion_object(meta, [completion_choice("", **chunks.final(item))], **chunks.tail(item))]
         if chunks.req.include_usage:
-            out.append(completion_object(meta, [], usage=usage(len(item.prompt_ids), len(item.token_ids))))
+            out.append(completion_object(meta, [], usage=usage(len(item.prompt_ids), len(item.token_ids), item.cached_tokens)))
         return out
 
     return await stream_events(request, generation, meta, [], chunks_of)

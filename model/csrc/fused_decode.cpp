@@ -1,14 +1,17 @@
-// One decoding step of one sequence through the whole int4 model, in C++.
+// One decoding step of B sequences through the whole int4 model, in C++: model/runner.py's
+// DECODE role, op for op.
 //
-// The eager path (model/transformer.py with model/quant.py's int4 modules) issues ~2,000 small
-// ATen ops a token from Python at 10-15 us each. This file runs the same step as one call: the
-// reductions and matmuls are the same ATen ops the Python path calls (so the logits are the same
-// bits), and the pure elementwise work (rotary, residual adds, dtype conversions, cache writes,
-// silu(gate) * up) is plain loops over a few hundred floats.
+// The Python path issues ~2,000 small ATen ops a token at 10-15 us each. This file runs the same
+// step as one call: the reductions and matmuls are the ATen ops (or kernels.h functions) the
+// Python path calls, on tensors of the same shapes, so the logits are the same bits; the pure
+// elementwise work (bf16 conversions, rotary, cache writes, residual adds, the expert-weighted
+// sum) is plain loops that round exactly as those ops do (no fused multiply-add:
+// -ffp-contract=off). Each sequence has its own cache row and position; attention reads
+// positions [0, position] of its row only.
 //
-// Built on first use by model/fused_decode.py (torch.utils.cpp_extension.load); not a public API.
-// Legend: D model width, H query heads, K key/value heads, Dh head width, T attended positions,
-// F expert hidden width, E experts, k experts per token, V vocab.
+// Built by model/cpu_ext.py; driven by model/fused_decode.py. Not a public API.
+// Legend: B sequences, D model width, H query heads, K key/value heads, Dh head width, E experts,
+// k experts per token, F expert hidden width, V vocab, L layers.
 
 #include <torch/extension.h>
 
@@ -16,13 +19,12 @@
 #include <ATen/ops/_weight_int8pack_mm_cpu_dispatch.h>
 #include <c10/core/InferenceMode.h>
 
-#include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <map>
-#include <numeric>
 #include <string>
 #include <vector>
+
+#include "kernels.h"
 
 using at::Tensor;
 
@@ -34,25 +36,35 @@ struct Int4Weight {
 };
 
 struct Layer {
-  Tensor attn_norm, ffn_norm;  // (D)
-  Int4Weight qkv, o;           // (H + 2K) Dh x D, D x H Dh
-  Tensor router;               // (E, D) fp32
+  Tensor attn_norm, ffn_norm;       // (D)
+  Int4Weight qkv, o;                // (H + 2K) Dh x D, D x H Dh
+  Tensor router;                    // (E, D) fp32; undefined for a dense model
   std::vector<Int4Weight> w13, w2;  // per expert: 2F x D (gate rows, then up rows), D x F
-  Tensor cache_k, cache_v;     // (rows, K, max_len, Dh): the engine's KVCache tensors
+  Tensor cache_k, cache_v;          // (rows, K, max_len, Dh) fp32 or bf16: the engine's KVCache
 };
 
-// fp32 (1, I) -> bf16 (1, I), round to nearest even: what Tensor.to(torch.bfloat16) does.
-Tensor to_bf16(const float* x, int64_t n) {
-  Tensor out = at::empty({1, n}, at::TensorOptions().dtype(at::kBFloat16));
+// fp32 rows -> bf16 (round to nearest even): what Tensor.to(torch.bfloat16) does.
+Tensor to_bf16(const Tensor& x) {
+  Tensor out = at::empty(x.sizes(), x.options().dtype(at::kBFloat16));
+  const float* src = x.data_ptr<float>();
   auto* dst = out.data_ptr<at::BFloat16>();
-  for (int64_t i = 0; i < n; ++i) dst[i] = at::BFloat16(x[i]);
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) dst[i] = at::BFloat16(src[i]);
   return out;
 }
 
-// bf16 (1, O) -> fp32, written to dst (exact).
-void from_bf16(const Tensor& x, float* dst) {
+// bf16 -> fp32 (exact).
+Tensor to_f32(const Tensor& x) {
+  Tensor out = at::empty(x.sizes(), x.options().dtype(at::kFloat));
   const auto* src = x.data_ptr<at::BFloat16>();
+  float* dst = out.data_ptr<float>();
   for (int64_t i = 0, n = x.numel(); i < n; ++i) dst[i] = static_cast<float>(src[i]);
+  return out;
+}
+
+void add_into(Tensor& x, const Tensor& y) {  // x += y, both (B, D) fp32 contiguous
+  float* xs = x.data_ptr<float>();
+  const float* ys = y.data_ptr<float>();
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) xs[i] = xs[i] + ys[i];
 }
 
 class FusedDecoder {
@@ -70,8 +82,8 @@ class FusedDecoder {
                  Tensor ffn_norm, Tensor router, std::vector<Tensor> w13_packed, std::vector<Tensor> w13_sz,
                  std::vector<Tensor> w2_packed, std::vector<Tensor> w2_sz, int64_t group_size,
                  Tensor cache_k, Tensor cache_v) {
-    TORCH_CHECK(cache_k.is_contiguous() && cache_v.is_contiguous() && cache_k.dtype() == at::kFloat,
-                "fp32 contiguous KV cache expected");
+    TORCH_CHECK(cache_k.is_contiguous() && cache_v.is_contiguous(), "contiguous KV cache expected");
+    TORCH_CHECK(cache_k.dtype() == at::kFloat || cache_k.dtype() == at::kBFloat16, "fp32 or bf16 KV cache expected");
     Layer l{attn_norm, ffn_norm, {qkv_packed, qkv_sz, group_size}, {o_packed, o_sz, group_size}, router,
             {}, {}, cache_k, cache_v};
     for (size_t e = 0; e < w13_packed.size(); ++e) {
@@ -81,25 +93,32 @@ class FusedDecoder {
     layers_.push_back(std::move(l));
   }
 
-  // Feeds `token` at position `pos` of cache row `row` (attending to positions [0, pos]) and
-  // returns the logits, (1, V) fp32.
-  Tensor step(int64_t token, int64_t pos, int64_t row) {
+  // Feeds tokens[b] at positions[b] of cache row rows[b], each attending to positions
+  // [0, positions[b]] of its row. Returns the logits (B, V) fp32 and, when asked, the routed
+  // experts (B, L, k) int64 (else an undefined tensor).
+  std::tuple<Tensor, Tensor> step(Tensor tokens, Tensor rows, Tensor positions, bool routing) {
     c10::InferenceMode guard;
-    TORCH_CHECK(token >= 0 && token < embed_.size(0), "token id out of range");
-    TORCH_CHECK(pos >= 0 && pos < cos_.size(0), "position exceeds the rotary table");
-    Tensor x = embed_.narrow(0, token, 1).clone();  // (1, D) residual stream
-    for (auto& layer : layers_) {
-      TORCH_CHECK(pos < layer.cache_k.size(2) && row >= 0 && row < layer.cache_k.size(0),
-                  "position or row outside the cache");
-      attention(layer, x, pos, row);
-      moe(layer, x);
+    const int64_t B = tokens.numel();
+    TORCH_CHECK(rows.numel() == B && positions.numel() == B, "one row and position per token");
+    tokens = tokens.to(at::kLong).contiguous();
+    rows = rows.to(at::kLong).contiguous();
+    positions = positions.to(at::kLong).contiguous();
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t tok = tokens.data_ptr<int64_t>()[b], pos = positions.data_ptr<int64_t>()[b];
+      TORCH_CHECK(tok >= 0 && tok < embed_.size(0), "token id out of range");
+      TORCH_CHECK(pos >= 0 && pos < cos_.size(0), "position exceeds the rotary table");
+    }
+    Tensor x = embed_.index_select(0, tokens);  // (B, D) residual stream
+    Tensor experts = routing ? at::empty({B, (int64_t)layers_.size(), top_k_}, tokens.options()) : Tensor();
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      attention(layers_[i], x, rows, positions);
+      moe(layers_[i], x, routing ? experts.select(1, i) : Tensor());
     }
     auto t = clock();
     Tensor h = at::rms_norm(x, {D_}, norm_, eps_);
-    Tensor logits = at::cpu::_weight_int8pack_mm(to_bf16(h.data_ptr<float>(), D_), head_q_, head_scale_);
-    Tensor out = logits.to(at::kFloat);
+    Tensor logits = to_f32(at::cpu::_weight_int8pack_mm(to_bf16(h), head_q_, head_scale_));
     lap(kHead, t);
-    return out;
+    return {logits, experts};
   }
 
   // Seconds spent per part since the last call (only while profiling is on).
@@ -126,113 +145,124 @@ class FusedDecoder {
     since = now;
   }
 
-  // (1, I) bf16 activations times an int4 matrix -> (1, O) bf16: Int4Linear.forward for one row.
-  Tensor int4_mm(const Tensor& x_bf16, const Int4Weight& w) {
-    return at::cpu::_weight_int4pack_mm_for_cpu(x_bf16, w.packed, w.group_size, w.scales_and_zeros);
+  // (M, I) fp32 times an int4 matrix -> (M, O) fp32: Int4RoleLinear in the DECODE role.
+  Tensor int4_mm(const Tensor& x, const Int4Weight& w) {
+    return to_f32(at::cpu::_weight_int4pack_mm_for_cpu(to_bf16(x), w.packed, w.group_size, w.scales_and_zeros));
   }
 
-  void attention(Layer& l, Tensor& x, int64_t pos, int64_t row) {
+  void attention(Layer& l, Tensor& x, const Tensor& rows, const Tensor& positions) {
+    const int64_t B = x.size(0), R = H_ + K_, half = Dh_ / 2, max_len = l.cache_k.size(2);
     auto t = clock();
-    Tensor h = at::rms_norm(x, {D_}, l.attn_norm, eps_);  // (1, D)
+    Tensor h = at::rms_norm(x, {D_}, l.attn_norm, eps_);  // (B, D)
     lap(kNorm, t);
-    Tensor qkv = int4_mm(to_bf16(h.data_ptr<float>(), D_), l.qkv);  // (1, (H + 2K) Dh) bf16
+    Tensor qkv = int4_mm(h, l.qkv);  // (B, (H + 2K) Dh)
     lap(kInt4, t);
-    const int64_t R = H_ + K_, half = Dh_ / 2;
-    std::vector<float> qkv32(qkv.numel());
-    from_bf16(qkv, qkv32.data());
     // Rotary on the H + K query and key heads, as layers.apply_rotary: x * cos + rotate_half(x) * sin,
-    // each product rounded before the sum (no fused multiply-add: -ffp-contract=off).
-    Tensor qk = at::empty({1, 1, R, Dh_}, x.options());  // (B, S, H + K, Dh)
-    float* dst = qk.data_ptr<float>();
-    const float* c = cos_.data_ptr<float>() + pos * Dh_;
-    const float* s = sin_.data_ptr<float>() + pos * Dh_;
-    for (int64_t r = 0; r < R; ++r) {
-      const float* src = qkv32.data() + r * Dh_;
-      for (int64_t j = 0; j < Dh_; ++j) {
-        float rotated = j < half ? -src[j + half] : src[j - half];
-        float a = src[j] * c[j];
-        float b = rotated * s[j];
-        dst[r * Dh_ + j] = a + b;
+    // each product rounded before the sum; keys and values into the cache at (row, position).
+    Tensor q = at::empty({B, H_, Dh_}, x.options());
+    const bool bf16 = l.cache_k.scalar_type() == at::kBFloat16;
+    std::vector<float> rotated(R * Dh_);
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t pos = positions.data_ptr<int64_t>()[b], row = rows.data_ptr<int64_t>()[b];
+      const float* src_row = qkv.data_ptr<float>() + b * (R + K_) * Dh_;
+      const float* c = cos_.data_ptr<float>() + pos * Dh_;
+      const float* s = sin_.data_ptr<float>() + pos * Dh_;
+      for (int64_t r = 0; r < R; ++r) {
+        const float* src = src_row + r * Dh_;
+        for (int64_t j = 0; j < Dh_; ++j) {
+          const float turned = j < half ? -src[j + half] : src[j - half];
+          const float a = src[j] * c[j];
+          const float bb = turned * s[j];
+          rotated[r * Dh_ + j] = a + bb;
+        }
       }
-    }
-    // Keys and values into the cache at `pos`: cache[row, kh, pos, :].
-    const int64_t max_len = l.cache_k.size(2);
-    float* ck = l.cache_k.data_ptr<float>() + row * K_ * max_len * Dh_;
-    float* cv = l.cache_v.data_ptr<float>() + row * K_ * max_len * Dh_;
-    for (int64_t kh = 0; kh < K_; ++kh) {
-      std::memcpy(ck + (kh * max_len + pos) * Dh_, dst + (H_ + kh) * Dh_, Dh_ * sizeof(float));
-      std::memcpy(cv + (kh * max_len + pos) * Dh_, qkv32.data() + (R + kh) * Dh_, Dh_ * sizeof(float));
+      std::copy(rotated.begin(), rotated.begin() + H_ * Dh_, q.data_ptr<float>() + b * H_ * Dh_);
+      for (int64_t kh = 0; kh < K_; ++kh) {
+        const int64_t at_ = ((row * K_ + kh) * max_len + pos) * Dh_;
+        const float* key = rotated.data() + (H_ + kh) * Dh_;
+        const float* value = src_row + (R + kh) * Dh_;
+        for (int64_t j = 0; j < Dh_; ++j) {
+          if (bf16) {
+            l.cache_k.data_ptr<at::BFloat16>()[at_ + j] = at::BFloat16(key[j]);
+            l.cache_v.data_ptr<at::BFloat16>()[at_ + j] = at::BFloat16(value[j]);
+          } else {
+            l.cache_k.data_ptr<float>()[at_ + j] = key[j];
+            l.cache_v.data_ptr<float>()[at_ + j] = value[j];
+          }
+        }
+      }
     }
     lap(kRotary, t);
-    // The same views the eager path hands to SDPA: q (1, H, 1, Dh), keys/values (1, K, T, Dh).
-    Tensor q = qk.narrow(2, 0, H_).transpose(1, 2);
-    Tensor keys = l.cache_k.narrow(0, row, 1).narrow(2, 0, pos + 1);
-    Tensor values = l.cache_v.narrow(0, row, 1).narrow(2, 0, pos + 1);
-    Tensor out = at::scaled_dot_product_attention(q, keys, values, {}, 0.0, false, std::nullopt, true);
-    Tensor out_flat = out.transpose(1, 2).reshape({1, H_ * Dh_}).contiguous();  // (1, H Dh)
+    Tensor out = at::empty_like(q);
+    composer::attention(q, l.cache_k, l.cache_v, rows, positions, out, composer::kVector);
     lap(kAttention, t);
-    Tensor o = int4_mm(to_bf16(out_flat.data_ptr<float>(), H_ * Dh_), l.o);  // (1, D) bf16
+    Tensor o = int4_mm(out.view({B, H_ * Dh_}), l.o);  // (B, D)
     lap(kInt4, t);
-    float* xs = x.data_ptr<float>();
-    const auto* os = o.data_ptr<at::BFloat16>();
-    for (int64_t i = 0; i < D_; ++i) xs[i] = xs[i] + static_cast<float>(os[i]);
+    add_into(x, o);
     lap(kGlue, t);
   }
 
-  void moe(Layer& l, Tensor& x) {
+  void moe(Layer& l, Tensor& x, Tensor experts_out) {
+    const int64_t B = x.size(0), E = l.w13.size();
     auto t = clock();
-    Tensor h = at::rms_norm(x, {D_}, l.ffn_norm, eps_);  // (1, D)
+    Tensor h = at::rms_norm(x, {D_}, l.ffn_norm, eps_);  // (B, D)
     lap(kNorm, t);
-    const int64_t E = l.w13.size();
-    // Routing as model/moe.py Router: fp32 softmax over all experts, top k, renormalised. The
-    // chosen experts then run in ascending order (MoE._one_token's grouped layout).
-    std::vector<int64_t> chosen{0};
-    Tensor weights;  // (1, k) fp32, in ascending expert order
-    if (E > 1) {
-      Tensor probs = at::softmax(at::linear(h, l.router), -1);  // (1, E)
-      auto [top_w, top_e] = at::topk(probs, top_k_, -1);     // (1, k) each
-      const float* tw = top_w.data_ptr<float>();
-      const int64_t* te = top_e.data_ptr<int64_t>();
-      // weights / weights.sum(-1): a sum of one or two is the same in any order; more use ATen's.
-      float total = top_k_ == 1 ? tw[0] : top_k_ == 2 ? tw[0] + tw[1] : top_w.sum(-1, true).item<float>();
-      std::vector<int64_t> order(top_k_);
-      std::iota(order.begin(), order.end(), 0);
-      std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return te[a] < te[b]; });
-      weights = at::empty({1, top_k_}, x.options());
-      chosen.resize(top_k_);
-      for (int64_t i = 0; i < top_k_; ++i) {
-        chosen[i] = te[order[i]];
-        weights.data_ptr<float>()[i] = tw[order[i]] / total;
-      }
+    if (E == 1) {  // dense: the single expert's weight is exactly 1
+      Tensor y = expert(l, 0, h, t);
+      if (experts_out.defined()) experts_out.zero_();
+      add_into(x, y);
+      lap(kGlue, t);
+      return;
     }
+    // model/moe.route: fp32 softmax over all experts, the top k, renormalised.
+    Tensor probs = at::softmax(composer::linear_rowdot(h, l.router), -1);  // (B, E)
+    auto [top_w, top_e] = at::topk(probs, top_k_, -1);                     // (B, k) each
+    Tensor weights = top_w / top_w.sum(-1, true);
+    if (experts_out.defined()) experts_out.copy_(top_e);
     lap(kRouter, t);
-    const int64_t k = chosen.size();
-    Tensor h_bf16 = to_bf16(h.data_ptr<float>(), D_);
-    // Each chosen expert: gate_up (1, 2F) -> silu(gate) * up (1, F) -> w2 -> (1, D).
-    std::vector<Tensor> gate_up(k);
-    for (int64_t i = 0; i < k; ++i) gate_up[i] = int4_mm(h_bf16, l.w13[chosen[i]]);
-    lap(kInt4, t);
-    const int64_t F2 = gate_up[0].size(1), Fh = F2 / 2;
-    Tensor gu = at::empty({k, F2}, x.options());  // (k, 2F) fp32, as QuantizedExperts' `out`
-    for (int64_t i = 0; i < k; ++i) from_bf16(gate_up[i], gu.data_ptr<float>() + i * F2);
-    Tensor act = at::silu(gu.narrow(1, 0, Fh)).contiguous();  // (k, F): F.silu's vectorised kernel
-    std::vector<float> hidden(Fh);
-    Tensor y = at::empty({k, D_}, x.options());  // (k, D)
-    lap(kGlue, t);
-    for (int64_t i = 0; i < k; ++i) {
-      const float* a = act.data_ptr<float>() + i * Fh;
-      const float* up = gu.data_ptr<float>() + i * F2 + Fh;
-      for (int64_t j = 0; j < Fh; ++j) hidden[j] = a[j] * up[j];
-      Tensor yi = int4_mm(to_bf16(hidden.data(), Fh), l.w2[chosen[i]]);  // (1, D) bf16
-      from_bf16(yi, y.data_ptr<float>() + i * D_);
+    // Rows grouped by expert, stably (argsort of the flat (B k) expert ids), one matmul each.
+    const int64_t* te = top_e.data_ptr<int64_t>();
+    std::vector<int64_t> order;
+    std::vector<int64_t> counts(E, 0);
+    for (int64_t i = 0; i < B * top_k_; ++i) counts[te[i]]++;
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t i = 0; i < B * top_k_; ++i)
+        if (te[i] == e) order.push_back(i);
+    Tensor sum = at::zeros({B, D_}, x.options());
+    float* acc = sum.data_ptr<float>();
+    const float* w = weights.data_ptr<float>();
+    int64_t start = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      if (counts[e] == 0) continue;
+      Tensor idx = at::empty({counts[e]}, at::kLong);
+      for (int64_t i = 0; i < counts[e]; ++i) idx.data_ptr<int64_t>()[i] = order[start + i] / top_k_;
+      Tensor y = expert(l, e, h.index_select(0, idx), t);  // (count, D)
+      lap(kInt4, t);
+      // The weighted rows added into their tokens in ascending expert order: MoE's
+      // `y * weight` then index_add_ into zeros.
+      const float* ys = y.data_ptr<float>();
+      for (int64_t i = 0; i < counts[e]; ++i) {
+        const int64_t flat = order[start + i], token = flat / top_k_;
+        const float wi = w[flat];
+        for (int64_t d = 0; d < D_; ++d) {
+          const float product = ys[i * D_ + d] * wi;
+          acc[token * D_ + d] = acc[token * D_ + d] + product;
+        }
+      }
+      start += counts[e];
     }
-    lap(kInt4, t);
-    // Weighted sum of the experts' rows: the same (1, k) @ (k, D) matmul as MoE._one_token.
-    Tensor moe_out = E > 1 ? at::mm(weights, y) : y;
-    float* xs = x.data_ptr<float>();
-    const float* ms = moe_out.data_ptr<float>();
-    for (int64_t i = 0; i < D_; ++i) xs[i] = xs[i] + ms[i];
+    add_into(x, sum);
     lap(kGlue, t);
+  }
+
+  // One expert's SwiGLU on its rows (M, D) -> (M, D), as runner._expert in the DECODE role.
+  Tensor expert(Layer& l, int64_t e, const Tensor& rows, Clock::time_point& t) {
+    Tensor gu = int4_mm(rows, l.w13[e]);  // (M, 2F)
+    lap(kInt4, t);
+    const int64_t Fh = gu.size(1) / 2;
+    Tensor act = at::silu(gu.narrow(1, 0, Fh)) * gu.narrow(1, Fh, Fh);  // F.silu(gate) * up
+    lap(kGlue, t);
+    return int4_mm(act, l.w2[e]);
   }
 
   int64_t H_, K_, Dh_, top_k_, D_;
@@ -245,7 +275,7 @@ class FusedDecoder {
 
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+void bind_fused_decode(pybind11::module_& m) {
   py::class_<FusedDecoder>(m, "FusedDecoder")
       .def(py::init<int64_t, int64_t, int64_t, int64_t, double, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>())
       .def("add_layer", &FusedDecoder::add_layer)

@@ -107,6 +107,40 @@ def test_stop_strings_and_tokens(engine):
     assert out.finish_reason == "stop" and out.stop_reason == stop_id
 
 
+def test_min_tokens_holds_back_stop_tokens_and_strings(engine):
+    [free] = engine.generate([PROMPTS[0]], SamplingParams(max_tokens=12, ignore_eos=True))
+    first = free.token_ids[0]
+    [stopped] = engine.generate([PROMPTS[0]], SamplingParams(max_tokens=12, stop_token_ids=[first]))
+    assert stopped.token_ids == [first] and stopped.finish_reason == "stop"
+    [held] = engine.generate([PROMPTS[0]], SamplingParams(max_tokens=12, stop_token_ids=[first], min_tokens=4))
+    assert first not in held.token_ids[:4] and len(held.token_ids) >= 4
+    stop = free.text[:2]
+    [out] = engine.generate([PROMPTS[0]], SamplingParams(max_tokens=12, stop=[stop], min_tokens=6, ignore_eos=True))
+    assert len(out.token_ids) >= 6  # the stop string at the start did not end it
+    with pytest.raises(ValueError, match="min_tokens"):
+        SamplingParams(max_tokens=3, min_tokens=4)
+
+
+def test_top_k_and_repetition_penalty(engine, model):
+    greedy = engine.generate(PROMPTS, SamplingParams(max_tokens=10, ignore_eos=True))
+    top1 = engine.generate(PROMPTS, SamplingParams(max_tokens=10, ignore_eos=True, temperature=1.5, top_k=1, seed=3))
+    assert [o.token_ids for o in top1] == [o.token_ids for o in greedy]  # the one likeliest token
+    [out] = engine.generate([PROMPTS[1]], SamplingParams(max_tokens=10, ignore_eos=True, repetition_penalty=3.0))
+    ids = list(PROMPTS[1])
+    with torch.no_grad():  # by hand: seen tokens' logits divided (positive) or multiplied (negative)
+        for _ in range(10):
+            logits = model(torch.tensor([ids])).logits[0, -1]
+            seen = torch.tensor(sorted(set(ids)))
+            logits[seen] = torch.where(logits[seen] > 0, logits[seen] / 3.0, logits[seen] * 3.0)
+            ids.append(int(logits.argmax()))
+    assert out.token_ids == ids[len(PROMPTS[1]) :]
+    assert out.token_ids != engine.generate([PROMPTS[1]], SamplingParams(max_tokens=10, ignore_eos=True))[0].token_ids
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        SamplingParams(repetition_penalty=0)
+    with pytest.raises(ValueError, match="top_k"):
+        SamplingParams(top_k=-1)
+
+
 def test_context_limits(engine, model):
     limit = model.config.max_position_embeddings
     with pytest.raises(ContextLengthError, match=f"context holds {limit}"):
@@ -140,7 +174,10 @@ async def test_closing_the_stream_cancels_the_request(engine):
         if got == 3:
             break
     await stream.aclose()
-    await asyncio.sleep(0.05)
+    for _ in range(200):  # the worker notices at its next step (no timing assumed: up to 10 s)
+        if not engine._active:
+            break
+        await asyncio.sleep(0.05)
     assert not engine._active  # the row was released
     [out] = engine.generate([PROMPTS[2]], SamplingParams(max_tokens=4, ignore_eos=True))
     assert len(out.token_ids) == 4

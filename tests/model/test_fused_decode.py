@@ -1,10 +1,12 @@
-"""The C++ decode step (model/fused_decode.py, model/csrc/fused_decode.cpp) against the eager
-int4 forward: bit-identical logits on tiny random models (MoE, dense, top-1/top-3), the engine
-using it only where it applies and producing the same completions, the env switch and the
-fallback, and (slow) 80 greedy steps of composer-mini with identical logits at every step.
+"""The C++ decode step (model/fused_decode.py, model/csrc/fused_decode.cpp) against the Python
+DECODE role of model/runner.py: bit-identical logits, routed experts and cache contents for
+several sequences at once, each at its own row and position (MoE, dense, top-1/top-3, GQA 6:1;
+fp32 and bf16 KV caches); the engine using it for what sessions ask (batches, routing records,
+logprobs, the tool-call constraint) with the same completions as without it; the env switch and
+the fallback; and (slow) 80 greedy steps of composer-mini with identical logits at every step.
 
-The extension compiles once per test session (about 20-60 s; cached under the Composer home
-afterwards). Run: .venv/bin/python -m pytest tests/model/test_fused_decode.py [-m "not slow"]
+The extension compiles once per machine (model/cpu_ext.py; cached under the Composer home).
+Run: .venv/bin/python -m pytest tests/model/test_fused_decode.py [-m "not slow"]
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ import pytest
 import torch
 from byte_tokenizer import ByteTokenizer
 
+import model.cpu_ext as cpu_ext
 import model.fused_decode as fd
 from model.config import ModelConfig
 from model.engine import Engine
-from model.layers import KVCache
+from model.kernels import DECODE, PREFILL, Kernels
+from model.kv import KVCache
 from model.quant import quantize_model, supports_int4
+from model.runner import Runner
 from model.sampling import SamplingParams
 from model.transformer import Transformer
 
@@ -28,10 +33,10 @@ pytestmark = pytest.mark.skipif(not supports_int4(), reason="this torch has no C
 
 
 @pytest.fixture(scope="session")
-def extension():
+def kernels():
     if shutil.which(os.environ.get("CXX", "c++")) is None:
-        pytest.skip("no C++ compiler found: the fused decode step cannot be built (the engine decodes eagerly)")
-    return fd.load_extension()  # a build failure here is a test failure, not a skip
+        pytest.skip("no C++ compiler found: the extension cannot be built (the engine runs torch ops)")
+    return Kernels(cpu_ext.load_extension())  # a build failure here is a test failure, not a skip
 
 
 def int4_model(**changes) -> Transformer:
@@ -39,97 +44,116 @@ def int4_model(**changes) -> Transformer:
     return quantize_model(Transformer(config).init_weights(seed=3).eval(), "int4")
 
 
-def eager_step(model: Transformer, cache: KVCache, token: int, pos: int) -> torch.Tensor:
-    out = model(torch.tensor([[token]]), positions_BS=torch.tensor([[pos]]), cache=cache, rows=slice(0, 1), attend_len=pos + 1)
-    return out.logits[0]  # (1, V)
-
-
+@pytest.mark.parametrize("kv", [torch.float32, torch.bfloat16], ids=["kv-fp32", "kv-bf16"])
 @pytest.mark.parametrize(
     "changes",
     [{}, {"num_experts": 1, "top_k": 1}, {"top_k": 3}, {"top_k": 1}, {"num_heads": 6, "num_kv_heads": 1}],
     ids=["moe-top2", "dense", "top3", "top1", "gqa-6:1"],
 )
-def test_fused_step_logits_equal_eager_bit_for_bit(extension, changes):
+def test_fused_step_equals_the_python_decode_role_bit_for_bit(kernels, changes, kv):
     model = int4_model(**changes)
-    eager_cache, fused_cache = (KVCache(model.config, 2, 48, torch.float32) for _ in range(2))
-    fused = fd.FusedDecode.build(model, fused_cache)
-    ids = torch.randint(0, model.config.vocab_size, (40,), generator=torch.Generator().manual_seed(0)).tolist()
+    caches = [KVCache(model.config, 3, 64, kv) for _ in range(2)]
+    runner, fused = Runner(model, caches[0], kernels), fd.FusedDecode.build(model, caches[1], kernels)
+    gen = torch.Generator().manual_seed(0)
+    prompts = {0: 9, 2: 3, 1: 17}  # row -> prompt length: rows of different lengths decode together
     with torch.inference_mode():
-        for pos, token in enumerate(ids):
-            ref = eager_step(model, eager_cache, token, pos)
-            got = fused.step(token, pos)
-            assert got.shape == ref.shape and got.dtype == torch.float32
-            assert torch.equal(got, ref), f"position {pos}: max |diff| {(got - ref).abs().max():.3g}"
-    for a, b in zip(eager_cache.k + eager_cache.v, fused_cache.k + fused_cache.v):
-        assert torch.equal(a[0, :, : len(ids)], b[0, :, : len(ids)])  # the same cache contents
+        for row, n in prompts.items():
+            ids = torch.randint(0, model.config.vocab_size, (n,), generator=gen)
+            for cache in caches:  # the same prompt in both caches (PREFILL role)
+                Runner(model, cache, kernels).forward(ids, torch.full((n,), row), torch.arange(n), PREFILL)
+        rows, lengths = list(prompts), list(prompts.values())
+        for step in range(20):
+            tokens = torch.randint(0, model.config.vocab_size, (3,), generator=gen).tolist()
+            positions = [n + step for n in lengths]
+            ref = runner.forward(torch.tensor(tokens), torch.tensor(rows), torch.tensor(positions), DECODE)
+            logits, experts = fused.step(tokens, rows, positions, routing=True)
+            assert logits.dtype == torch.float32 and logits.shape == ref.logits.shape
+            assert torch.equal(logits, ref.logits), f"step {step}: max |diff| {(logits - ref.logits).abs().max():.3g}"
+            assert torch.equal(experts, ref.experts_NLk)
+    for a, b in zip(caches[0].k + caches[0].v, caches[1].k + caches[1].v):
+        for row, n in prompts.items():
+            assert torch.equal(a[row, :, : n + 20], b[row, :, : n + 20])  # the same cache contents
 
 
 def counting(engine: Engine) -> list[int]:
-    """Counts the engine's fused steps (wraps its FusedDecode.step)."""
+    """Counts the engine's fused steps, by batch size (wraps its FusedDecode.step)."""
     calls = []
     step = engine.fused.step
 
-    def counted(*args):
-        calls.append(1)
-        return step(*args)
+    def counted(tokens, *args):
+        calls.append(len(tokens))
+        return step(tokens, *args)
 
     engine.fused.step = counted
     return calls
 
 
-def test_engine_fused_completions_equal_eager(extension):
+def test_engine_fused_completions_equal_python(kernels):
     model = int4_model(max_position_embeddings=128)
-    fused = Engine(model, ByteTokenizer(), max_batch=2)
-    eager = Engine(model, ByteTokenizer(), max_batch=2, fused_decode=False)
-    assert fused.fused is not None and eager.fused is None
+    fused = Engine(model, ByteTokenizer(stop_token_ids=(0,)), max_batch=3)
+    python = Engine(model, ByteTokenizer(stop_token_ids=(0,)), max_batch=3, fused_decode=False)
+    assert fused.fused is not None and python.fused is None
     calls = counting(fused)
-    prompt = list(b"def f(x): return x + 1\n")
+    prompts = [list(b"def f(x): return x + 1\n"), list(b"abc"), list(b"tool please: ")]
+    tools = [{"type": "function", "function": {"name": "read_file", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}]
     for params in (
-        SamplingParams(max_tokens=30, ignore_eos=True, speculative=False, top_logprobs=3),
+        SamplingParams(max_tokens=30, ignore_eos=True, speculative=False, top_logprobs=3, return_routing=True),
         SamplingParams(max_tokens=30, ignore_eos=True, temperature=0.8, seed=7),
     ):
-        [a], [b] = fused.generate([prompt], params), eager.generate([prompt], params)
-        assert a.token_ids == b.token_ids and a.logprobs == b.logprobs and a.top_logprobs == b.top_logprobs
-    assert len(calls) == 2 * 29  # every step after the prefill's token
-    # Not the fused path's cases: two rows at once, routing records, speculative drafts.
+        a, b = fused.generate(prompts, params), python.generate(prompts, params)
+        for x, y in zip(a, b):
+            assert x.token_ids == y.token_ids and x.logprobs == y.logprobs and x.top_logprobs == y.top_logprobs
+            assert (x.routed_experts is None) == (not params.return_routing)
+            if params.return_routing:
+                assert torch.equal(x.routed_experts, y.routed_experts)
+                assert x.routed_experts.shape[0] == len(x.prompt_ids) + 30 - 1  # every fed position
+    assert max(calls) == 3 and sum(calls) == 2 * 3 * 29  # three rows per call, every step after the first token
+    # Under the tool-call constraint (model/constrained.py, applied by the sampler to the logits).
+    constrained = [SamplingParams(max_tokens=40, ignore_eos=True, constraint=_constraint(e, tools, "required"))
+                   for e in (fused, python)]
+    [c], [d] = fused.generate([prompts[2]], constrained[0]), python.generate([prompts[2]], constrained[1])
+    assert c.token_ids == d.token_ids and c.text.startswith("<tool_call>")
+    # Asked-for drafts are verified on the Python path; by default the fused engine skips
+    # drafting (a fused step is cheaper than a verification) while the Python engine drafts.
     calls.clear()
-    params = SamplingParams(max_tokens=12, ignore_eos=True, speculative=False)
-    assert [o.token_ids for o in fused.generate([prompt, prompt[:5]], params)] == [
-        o.token_ids for o in eager.generate([prompt, prompt[:5]], params)
-    ]
-    [routed] = fused.generate([prompt], SamplingParams(max_tokens=12, ignore_eos=True, return_routing=True))
-    assert routed.routed_experts.shape[0] == len(prompt) + 12 - 1  # every fed position recorded
-    assert calls == []
-    # Asked-for drafts are verified on the eager path; by default a lone fused sequence skips
-    # drafting (a fused step is cheaper than a verification) while the eager engine drafts.
     repetitive = [list(b"abc abc abc abc abc")]
     [a] = fused.generate(repetitive, SamplingParams(max_tokens=40, ignore_eos=True, speculative=True))
-    [b] = eager.generate(repetitive, SamplingParams(max_tokens=40, ignore_eos=True, speculative=False))
+    [b] = python.generate(repetitive, SamplingParams(max_tokens=40, ignore_eos=True, speculative=False))
     [c] = fused.generate(repetitive, SamplingParams(max_tokens=40, ignore_eos=True))
-    [d] = eager.generate(repetitive, SamplingParams(max_tokens=40, ignore_eos=True))
+    [d] = python.generate(repetitive, SamplingParams(max_tokens=40, ignore_eos=True))
     assert a.token_ids == b.token_ids == c.token_ids == d.token_ids
     assert a.num_accepted_draft_tokens > 0 and d.num_accepted_draft_tokens > 0 and c.num_draft_tokens == 0
     assert calls  # the plain steps between verifications ran fused
-    for engine in (fused, eager):
+    for engine in (fused, python):
         engine.close()
 
 
-def test_switches_and_fallback(extension, monkeypatch, capsys):
+def _constraint(engine: Engine, tools, mode):
+    from model.constrained import TokenTable, ToolCallConstraint
+
+    tok = engine.tokenizer
+    strings = [bytes([i]).decode("latin-1") for i in range(256)]
+    return ToolCallConstraint(TokenTable(strings, eos_token_ids=list(tok.stop_token_ids)), tools=tools, mode=mode)
+
+
+def test_switches_and_fallback(kernels, monkeypatch, capsys):
     model = int4_model()
     monkeypatch.setenv(fd.ENV_VAR, "0")
     assert Engine(model, ByteTokenizer()).fused is None
     assert Engine(model, ByteTokenizer(), fused_decode=True).fused is not None  # explicit beats the env
     monkeypatch.delenv(fd.ENV_VAR)
     fp32 = Transformer(ModelConfig.debug()).init_weights(seed=0).eval()
-    assert Engine(fp32, ByteTokenizer()).fused is None  # not int4: quietly eager
+    assert Engine(fp32, ByteTokenizer()).fused is None  # not int4: quietly Python
     with pytest.raises(fd.FusedDecodeUnavailable, match="int4"):
         Engine(fp32, ByteTokenizer(), fused_decode=True)
-    # A failed build: the default falls back to the eager path and says why; True raises.
-    monkeypatch.setattr(fd, "_module", None)
-    monkeypatch.setattr(fd, "_error", "no C++ compiler (simulated)")
+    # A failed build: the engine runs torch ops without prefix reuse and says why; True raises.
+    monkeypatch.setattr(cpu_ext, "_module", None)
+    monkeypatch.setattr(cpu_ext, "_error", "no C++ compiler (simulated)")
     capsys.readouterr()
     engine = Engine(model, ByteTokenizer())
-    assert engine.fused is None and "simulated" in capsys.readouterr().err
+    assert engine.fused is None and engine.prefix is None and "simulated" in capsys.readouterr().err
+    assert engine.prefix_cache_report() == {"enabled": False, "reason": "no C++ compiler (simulated)"}
     [out] = engine.generate([list(b"abc")], SamplingParams(max_tokens=5, ignore_eos=True))
     assert len(out.token_ids) == 5
     with pytest.raises(fd.FusedDecodeUnavailable, match="simulated"):
@@ -137,7 +161,7 @@ def test_switches_and_fallback(extension, monkeypatch, capsys):
 
 
 @pytest.mark.slow
-def test_composer_mini_int4_fused_greedy_is_the_eager_greedy(extension, composer_mini_dir):
+def test_composer_mini_int4_fused_greedy_is_the_python_greedy(kernels, composer_mini_dir):
     """80 greedy steps from the chat prompt: identical logits (bit for bit) at every step, and the
     engine's completions identical with the fused step on and off."""
     import sys
@@ -150,41 +174,23 @@ def test_composer_mini_int4_fused_greedy_is_the_eager_greedy(extension, composer
     assert engine.fused is not None
     model, prompt = engine.model, engine.tokenizer.encode_chat(chat_prompt())
     n = len(prompt)
-    eager_cache = KVCache(model.config, 1, n + 96, torch.float32)
-    fused_cache = KVCache(model.config, 1, n + 96, torch.float32)
-    fused = fd.FusedDecode.build(model, fused_cache)
+    caches = [KVCache(model.config, 1, n + 96, torch.bfloat16) for _ in range(2)]
+    runner, fused = Runner(model, caches[0], kernels), fd.FusedDecode.build(model, caches[1], kernels)
     with torch.inference_mode():
-        out = model(torch.tensor([prompt]), positions_BS=torch.arange(n).unsqueeze(0), cache=eager_cache,
-                    rows=slice(0, 1), attend_len=n, logits_at=torch.tensor([[n - 1]]))
-        for a, b in zip(eager_cache.k + eager_cache.v, fused_cache.k + fused_cache.v):
+        out = runner.forward(torch.tensor(prompt), torch.zeros(n, dtype=torch.long), torch.arange(n), PREFILL,
+                             logits_at=[n - 1])
+        for a, b in zip(caches[0].k + caches[0].v, caches[1].k + caches[1].v):
             b[:, :, :n].copy_(a[:, :, :n])
-        token = int(out.logits[0, -1].argmax())
+        token = int(out.logits[0].argmax())
         for pos in range(n, n + 80):
-            ref = eager_step(model, eager_cache, token, pos)
-            got = fused.step(token, pos)
+            ref = runner.forward(torch.tensor([token]), torch.tensor([0]), torch.tensor([pos]), DECODE).logits
+            got, _ = fused.step([token], [0], [pos])
             assert torch.equal(got, ref), f"step {pos - n}: max |diff| {(got - ref).abs().max():.3g}"
             token = int(ref[0].argmax())
     params = SamplingParams(max_tokens=80, ignore_eos=True, speculative=False)
     [a] = engine.generate([prompt], params)
-    eager = Engine(model, engine.tokenizer, max_batch=1, fused_decode=False)
-    [b] = eager.generate([prompt], params)
+    python = Engine(model, engine.tokenizer, max_batch=1, fused_decode=False)
+    [b] = python.generate([prompt], params)
     assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
-    for e in (engine, eager):
+    for e in (engine, python):
         e.close()
-
-
-def test_releasing_openmp_threads_is_harmless():
-    """model/openmp.py frees the calling thread's OpenMP team; torch makes a new one on demand."""
-    import threading
-
-    from model.openmp import release_openmp_threads
-
-    a, b = torch.randn(512, 512), torch.randn(512, 512)
-    expected = a @ b
-    assert release_openmp_threads() in (True, False)  # False: no runtime found, a no-op
-    assert torch.equal(a @ b, expected)
-    done = []
-    worker = threading.Thread(target=lambda: done.append(torch.equal(a @ b, expected) and release_openmp_threads() in (True, False)))
-    worker.start()
-    worker.join()
-    assert done == [True] and torch.equal(a @ b, expected)

@@ -61,8 +61,11 @@ class RecordingEngine(Engine):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.finished: list[Completion] = []
+        self.params: list = []
 
     def submit(self, prompt_ids, params, on_event=lambda _: None, on_done=lambda _: None):
+        self.params.append(params)
+
         def done(result):
             if isinstance(result, Completion):
                 self.finished.append(result)
@@ -195,7 +198,10 @@ async def test_chat_and_stream_agree(oai, tokenizer):
     assert {c.id for c in chunks} == {chunks[0].id} and chunks[0].choices[0].delta.role == "assistant"
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == choice.message.content
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
-    assert chunks[-1].choices == [] and chunks[-1].usage.model_dump() == full.usage.model_dump()
+    totals = {k: v for k, v in full.usage.model_dump().items() if k != "prompt_tokens_details"}
+    assert chunks[-1].choices == [] and chunks[-1].usage.model_dump(include=set(totals)) == totals
+    # The second request of the same prompt: its full blocks came from the prefix cache.
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == (full.usage.prompt_tokens - 1) // 32 * 32
     assert all(c.usage is None for c in chunks[:-1])
 
 
@@ -224,6 +230,36 @@ async def test_logprobs_and_token_ids(oai, tokenizer):
     assert chunks[-1].choices[0].routed_experts == experts
 
 
+async def test_vllm_request_extensions_reach_the_sampler(oai, engine):
+    args = dict(model=NAME, messages=USER, max_tokens=8, temperature=0)
+    greedy = await oai.chat.completions.create(**args)
+    extra = {"ignore_eos": True, "min_tokens": 5, "top_k": 1, "repetition_penalty": 1.0}
+    top1 = await oai.chat.completions.create(**{**args, "temperature": 1.0}, seed=1, extra_body=extra)
+    params = engine.params[-1]
+    assert (params.ignore_eos, params.min_tokens, params.top_k, params.repetition_penalty) == (True, 5, 1, 1.0)
+    assert top1.choices[0].message.content == greedy.choices[0].message.content  # top_k 1 is greedy
+    assert top1.usage.completion_tokens == 8
+    await oai.chat.completions.create(**args, extra_body={"top_k": -1, "repetition_penalty": 1.3})
+    assert (engine.params[-1].top_k, engine.params[-1].repetition_penalty) == (0, 1.3)  # vLLM's -1: off
+
+
+async def test_cached_tokens_report_prefix_hits(oai, server, tokenizer):
+    messages = [{"role": "user", "content": "Explain this code:\n" + "def f(x):\n    return x + 1\n" * 12}]
+    args = dict(model=NAME, messages=messages, max_tokens=6, temperature=0)
+    first = await oai.chat.completions.create(**args)
+    second = await oai.chat.completions.create(**args)
+    n = len(tokenizer.encode_chat(messages))
+    assert first.usage.prompt_tokens == second.usage.prompt_tokens == n
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert second.usage.prompt_tokens_details.cached_tokens == (n - 1) // 32 * 32 > 0
+    assert second.choices[0].message.content == first.choices[0].message.content
+    stream = await oai.chat.completions.create(**args, stream=True, stream_options={"include_usage": True})
+    chunks = [c async for c in stream]
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == (n - 1) // 32 * 32
+    async with aiohttp.ClientSession() as session, session.get(server + "/health") as resp:
+        report = (await resp.json())["prefix_cache"]
+    assert report["enabled"] and report["hit_tokens"] >= 2 * ((n - 1) // 32 * 32)
+    assert 0 < report["used_tokens"] <= report["capacity_tokens"]
 async def test_answers_carry_the_weight_version_they_ran_on(oai, engine):
     args = dict(model=NAME, messages=USER, max_tokens=4, temperature=0)
 
@@ -349,6 +385,11 @@ BAD_BODIES = [
     ({"speculative": "x"}, "speculative"),
     ({"speculative": True, "temperature": 0.7}, "speculative"),
     ({"frequency_penalty": 0.5}, "frequency_penalty"),
+    ({"ignore_eos": "yes"}, "ignore_eos"),
+    ({"min_tokens": -1}, "min_tokens"),
+    ({"top_k": -2}, "top_k"),
+    ({"top_k": 1.5}, "top_k"),
+    ({"repetition_penalty": 0}, "repetition_penalty"),
     ({"max_token": 5}, "max_token"),
 ]
 

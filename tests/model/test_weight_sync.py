@@ -196,8 +196,8 @@ def hold_after_first_step(engine: Engine) -> tuple[threading.Event, threading.Ev
     held, release = threading.Event(), threading.Event()
     step = engine._decode_step
 
-    def held_step():
-        step()
+    def held_step(*args):
+        step(*args)
         if not held.is_set():
             held.set()
             release.wait()

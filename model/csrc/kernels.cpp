@@ -1,0 +1,507 @@
+// Row-invariant CPU kernels: dense linear layers (oneDNN brgemm on bf16 VNNI blocks, or fp32 row
+// dot products) and attention over the engine's KV cache (brgemm tiles for prefill chunks, a
+// vector loop for decoding). See kernels.h for the contract.
+//
+// Why each is row-invariant:
+// - brgemm computes every C element from its own A row and B column with a K loop whose order
+//   depends only on K (checked: the same bits for a row alone, at any offset, in any M tail);
+//   calls split rows into M tiles and outputs into fixed kBlockN blocks.
+// - the row dot product accumulates one row and one output in vector lanes in index order and
+//   reduces the lanes in a fixed tree: the same for any number of rows.
+// - attention walks key/value tiles at absolute positions (0, kTile, 2 kTile, ...) with an
+//   online softmax per query row; positions past a row's own are masked to an exact 0 weight, so
+//   whatever a tile holds beyond them (later tokens of the chunk, zero padding) adds exactly 0.
+
+#include "kernels.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+#include <ATen/native/CPUBlas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace composer {
+namespace {
+
+using Vec = at::vec::Vectorized<float>;
+namespace cb = at::native::cpublas;
+
+constexpr int64_t kBlockN = 64;   // outputs per packed weight block
+constexpr int64_t kBlockM = 32;   // rows per brgemm call of a linear layer
+constexpr int64_t kTile = 256;     // key/value positions per attention tile (absolute)
+constexpr int64_t kQueryRows = 128;  // query rows (tokens x G) per attention task
+constexpr int64_t kSplit = 512;   // positions per decoding task (absolute), merged in order
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+int64_t even(int64_t n) { return n + (n & 1); }
+
+float to_float(float x) { return x; }
+float to_float(at::BFloat16 x) { return static_cast<float>(x); }
+
+// Vec::size() values from p (fp32 or bf16) as fp32; `count` < size() zero-fills the rest.
+Vec load(const float* p, int64_t count = Vec::size()) { return Vec::loadu(p, count); }
+Vec load(const at::BFloat16* p, int64_t count = Vec::size()) {
+  if (count == Vec::size()) {
+    Vec out;
+    at::vec::load_to_float<at::BFloat16>(p, out);
+    return out;
+  }
+  float tmp[Vec::size()] = {};
+  for (int64_t i = 0; i < count; ++i) tmp[i] = static_cast<float>(p[i]);
+  return Vec::loadu(tmp);
+}
+
+float hsum(const Vec& v) {
+  return at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return a + b; }, v);
+}
+
+// Dot product of n floats with n values of b: lanes in index order, then a fixed lane tree.
+template <typename T>
+float dot(const float* a, const T* b, int64_t n) {
+  Vec acc(0.0f);
+  int64_t i = 0;
+  for (; i + Vec::size() <= n; i += Vec::size()) acc = at::vec::fmadd(Vec::loadu(a + i), load(b + i), acc);
+  if (i < n) acc = at::vec::fmadd(Vec::loadu(a + i, n - i), load(b + i, n - i), acc);
+  return hsum(acc);
+}
+
+// ---- linear layers ------------------------------------------------------------------------------
+
+// Up to 4 rows x 4 outputs of y = x @ w.T, each output from its own lane accumulator.
+template <typename T>
+void rowdot_tile(const float* x, int64_t I, const T* w, float* y, int64_t ldy, int64_t rows, int64_t outs) {
+  Vec acc[4][4];
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < outs; ++o) acc[r][o] = Vec(0.0f);
+  for (int64_t i = 0; i < I; i += Vec::size()) {
+    const int64_t n = std::min<int64_t>(Vec::size(), I - i);
+    Vec wv[4], xv[4];
+    for (int64_t o = 0; o < outs; ++o) wv[o] = load(w + o * I + i, n);
+    for (int64_t r = 0; r < rows; ++r) xv[r] = Vec::loadu(x + r * I + i, n);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t o = 0; o < outs; ++o) acc[r][o] = at::vec::fmadd(xv[r], wv[o], acc[r][o]);
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < outs; ++o) y[r * ldy + o] = hsum(acc[r][o]);
+}
+
+template <typename T>
+void rowdot(const float* x, const T* w, float* y, int64_t N, int64_t O, int64_t I) {
+  const int64_t oblocks = (O + kBlockN - 1) / kBlockN, mblocks = (N + 3) / 4;
+  // Output blocks outside, so each thread keeps its weights in cache across the rows.
+  at::parallel_for(0, oblocks * mblocks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t ob = t / mblocks, m0 = (t % mblocks) * 4, rows = std::min<int64_t>(4, N - m0);
+      const int64_t o_end = std::min(O, (ob + 1) * kBlockN);
+      for (int64_t o0 = ob * kBlockN; o0 < o_end; o0 += 4)
+        rowdot_tile(x + m0 * I, I, w + o0 * I, y + m0 * O + o0, O, rows, std::min<int64_t>(4, o_end - o0));
+    }
+  });
+}
+
+}  // namespace
+
+bool bf16_matrix_available() {
+  static const bool ok = [] {
+    try {  // raises where oneDNN has no bf16 brgemm for this CPU
+      std::vector<at::BFloat16> a(16 * 32, at::BFloat16(1.0f)), b(32 * 16, at::BFloat16(1.0f));
+      std::vector<float> c(16 * 16, 0.0f);
+      cb::brgemm(16, 16, 32, 32, 16, 16, false, a.data(), b.data(), c.data(), true);
+      cb::brgemm_release(true);
+      return c[0] == 32.0f;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
+at::Tensor pack_vnni(const at::Tensor& w_OI) {
+  TORCH_CHECK(w_OI.dim() == 2, "pack_vnni: a 2-d weight expected");
+  const at::Tensor w = w_OI.to(at::kFloat).contiguous();
+  const int64_t O = w.size(0), I = w.size(1), Ie = even(I);
+  at::Tensor out = at::zeros({O * Ie}, w.options().dtype(at::kBFloat16));
+  const float* src = w.data_ptr<float>();
+  at::BFloat16* dst = out.data_ptr<at::BFloat16>();
+  at::parallel_for(0, (O + kBlockN - 1) / kBlockN, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n0 = b * kBlockN, nb = std::min(kBlockN, O - n0);
+      at::BFloat16* blk = dst + n0 * Ie;
+      for (int64_t n = 0; n < nb; ++n)
+        for (int64_t k = 0; k < I; ++k) blk[((k >> 1) * nb + n) * 2 + (k & 1)] = at::BFloat16(src[(n0 + n) * I + k]);
+    }
+  });
+  return out;
+}
+
+at::Tensor linear_vnni(const at::Tensor& x_NI, const at::Tensor& packed, int64_t O) {
+  TORCH_CHECK(x_NI.dim() == 2 && x_NI.scalar_type() == at::kFloat, "linear_vnni: (N, I) fp32 input expected");
+  const int64_t N = x_NI.size(0), I = x_NI.size(1), Ie = even(I);
+  TORCH_CHECK(packed.numel() == O * Ie && packed.scalar_type() == at::kBFloat16, "linear_vnni: packed weights do not match");
+  at::Tensor xb = (Ie == I ? x_NI : at::constant_pad_nd(x_NI, {0, 1})).to(at::kBFloat16).contiguous();
+  at::Tensor y = at::empty({N, O}, x_NI.options());
+  const at::BFloat16* a = xb.data_ptr<at::BFloat16>();
+  const at::BFloat16* w = packed.data_ptr<at::BFloat16>();
+  float* c = y.data_ptr<float>();
+  const int64_t oblocks = (O + kBlockN - 1) / kBlockN, mtiles = (N + kBlockM - 1) / kBlockM;
+  at::parallel_for(0, oblocks * mtiles, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n0 = (t / mtiles) * kBlockN, nb = std::min(kBlockN, O - n0);
+      const int64_t m0 = (t % mtiles) * kBlockM, mb = std::min(kBlockM, N - m0);
+      cb::brgemm(mb, nb, Ie, Ie, nb, O, false, a + m0 * Ie, w + n0 * Ie, c + m0 * O + n0, true);
+    }
+    cb::brgemm_release(true);
+  });
+  return y;
+}
+
+at::Tensor linear_rowdot(const at::Tensor& x_NI, const at::Tensor& w_OI) {
+  TORCH_CHECK(x_NI.dim() == 2 && x_NI.scalar_type() == at::kFloat, "linear_rowdot: (N, I) fp32 input expected");
+  TORCH_CHECK(w_OI.dim() == 2 && w_OI.size(1) == x_NI.size(1), "linear_rowdot: weight shape");
+  const at::Tensor x = x_NI.contiguous(), w = w_OI.contiguous();
+  const int64_t N = x.size(0), I = x.size(1), O = w.size(0);
+  at::Tensor y = at::empty({N, O}, x.options());
+  if (w.scalar_type() == at::kBFloat16)
+    rowdot(x.data_ptr<float>(), w.data_ptr<at::BFloat16>(), y.data_ptr<float>(), N, O, I);
+  else
+    rowdot(x.data_ptr<float>(), w.data_ptr<float>(), y.data_ptr<float>(), N, O, I);
+  return y;
+}
+
+// ---- attention ----------------------------------------------------------------------------------
+
+namespace {
+
+struct Geometry {
+  int64_t H, K, G, Dh, max_len;
+  float scale;
+};
+
+// Decoding: one query token, one key/value head, positions [s0, s1): the G heads' softmax over
+// the split (exact max first), written as (max, sum, G x Dh weighted values) per head.
+template <typename KT>
+void decode_split(const float* q, const KT* k, const KT* v, const Geometry& g, int64_t s0, int64_t s1, float* part) {
+  const int64_t n = s1 - s0, G = g.G, Dh = g.Dh;
+  std::vector<float> scores(G * n);
+  for (int64_t j = 0; j < n; ++j) {
+    const KT* kj = k + (s0 + j) * Dh;
+    for (int64_t h = 0; h < G; ++h) scores[h * n + j] = dot(q + h * Dh, kj, Dh) * g.scale;
+  }
+  for (int64_t h = 0; h < G; ++h) {
+    float* s = scores.data() + h * n;
+    float m = kNegInf;
+    for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
+    Vec sum(0.0f);
+    int64_t j = 0;
+    for (; j + Vec::size() <= n; j += Vec::size()) {
+      Vec e = (Vec::loadu(s + j) - Vec(m)).exp();
+      e.store(s + j);
+      sum = sum + e;
+    }
+    if (j < n) {
+      Vec e = (Vec::loadu(s + j, n - j) - Vec(m)).exp();
+      e.store(s + j, n - j);
+      sum = sum + Vec::loadu(s + j, n - j);
+    }
+    float* o = part + h * (Dh + 2);
+    o[0] = m;
+    o[1] = hsum(sum);
+    float* acc = o + 2;
+    std::fill(acc, acc + Dh, 0.0f);
+    for (int64_t jj = 0; jj < n; ++jj) {
+      const KT* vj = v + (s0 + jj) * Dh;
+      const Vec p(s[jj]);
+      for (int64_t d = 0; d < Dh; d += Vec::size()) {
+        const int64_t c = std::min<int64_t>(Vec::size(), Dh - d);
+        at::vec::fmadd(p, load(vj + d, c), Vec::loadu(acc + d, c)).store(acc + d, c);
+      }
+    }
+  }
+}
+
+template <typename KT>
+void attention_vector(const float* q, const KT* ck, const KT* cv, const int64_t* rows, const int64_t* pos,
+                      float* out, int64_t N, const Geometry& g) {
+  const int64_t K = g.K, G = g.G, Dh = g.Dh, part_size = G * (Dh + 2);
+  int64_t max_splits = 0;
+  for (int64_t n = 0; n < N; ++n) max_splits = std::max(max_splits, pos[n] / kSplit + 1);
+  std::vector<float> parts(N * K * max_splits * part_size);
+  at::parallel_for(0, N * K * max_splits, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n = t / (K * max_splits), kh = (t / max_splits) % K, s = t % max_splits;
+      const int64_t s0 = s * kSplit, s1 = std::min(pos[n] + 1, s0 + kSplit);
+      if (s0 >= s1) continue;
+      const int64_t base = (rows[n] * K + kh) * g.max_len * Dh;
+      decode_split(q + (n * g.H + kh * G) * Dh, ck + base, cv + base, g, s0, s1, parts.data() + t * part_size);
+    }
+  });
+  // Merge each head's splits in order: o = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
+  at::parallel_for(0, N * K, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> acc(Dh);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n = t / K, splits = pos[n] / kSplit + 1;
+      const float* first = parts.data() + t * max_splits * part_size;
+      for (int64_t h = 0; h < G; ++h) {
+        float M = kNegInf, l = 0.0f;
+        for (int64_t s = 0; s < splits; ++s) M = std::max(M, first[s * part_size + h * (Dh + 2)]);
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int64_t s = 0; s < splits; ++s) {
+          const float* p = first + s * part_size + h * (Dh + 2);
+          const float w = std::exp(p[0] - M);
+          l += w * p[1];
+          for (int64_t d = 0; d < Dh; ++d) acc[d] += w * p[2 + d];
+        }
+        float* o = out + (n * g.H + (t % K) * G + h) * Dh;
+        for (int64_t d = 0; d < Dh; ++d) o[d] = acc[d] / l;
+      }
+    }
+  });
+}
+
+// A run of tokens of one cache row at consecutive positions (a prefill chunk).
+struct Segment {
+  int64_t row, t0, t1, p0;
+};
+
+std::vector<Segment> segments_of(const int64_t* rows, const int64_t* pos, int64_t N) {
+  std::vector<Segment> out;
+  for (int64_t n = 0; n < N; ++n) {
+    if (!out.empty() && out.back().row == rows[n] && out.back().p0 + (n - out.back().t0) == pos[n]) {
+      out.back().t1 = n + 1;
+    } else {
+      out.push_back({rows[n], n, n + 1, pos[n]});
+    }
+  }
+  return out;
+}
+
+// Matrix-mode element type: bf16 (VNNI pairs) or fp32 (plain rows).
+template <typename CT>
+struct Tiles {
+  static constexpr bool vnni = std::is_same_v<CT, at::BFloat16>;
+
+  // B of S = Q K^T: K-dim Dh (even), N = kTile positions; positions from `valid` on are zero.
+  template <typename KT>
+  static void pack_keys(const KT* k, int64_t valid, int64_t Dh, CT* dst) {
+    if constexpr (vnni && std::is_same_v<KT, at::BFloat16>) {
+      // A bf16 pair (d, d + 1) is one 32-bit word: a (kTile x Dh/2) word transpose.
+      auto* out = reinterpret_cast<uint32_t*>(dst);
+      const auto* in = reinterpret_cast<const uint32_t*>(k);
+      const int64_t pairs = Dh / 2;
+      for (int64_t c = 0; c < valid; ++c)
+        for (int64_t p = 0; p < pairs; ++p) out[p * kTile + c] = in[c * pairs + p];
+      for (int64_t p = 0; p < pairs; ++p) std::fill(out + p * kTile + valid, out + (p + 1) * kTile, 0u);
+    } else if constexpr (!vnni && std::is_same_v<KT, float>) {
+      for (int64_t c = 0; c < valid; ++c)
+        for (int64_t d = 0; d < Dh; ++d) dst[d * kTile + c] = k[c * Dh + d];
+      for (int64_t d = 0; d < Dh; ++d) std::fill(dst + d * kTile + valid, dst + (d + 1) * kTile, CT(0.0f));
+    } else {
+      for (int64_t c = 0; c < kTile; ++c)
+        for (int64_t d = 0; d < Dh; ++d) {
+          const CT value = c < valid ? CT(to_float(k[c * Dh + d])) : CT(0.0f);
+          if constexpr (vnni) dst[((d >> 1) * kTile + c) * 2 + (d & 1)] = value;
+          else dst[d * kTile + c] = value;
+        }
+    }
+  }
+
+  // B of O = P V: K-dim kTile positions, N = Dh; positions from `valid` on are zero.
+  template <typename KT>
+  static void pack_values(const KT* v, int64_t valid, int64_t Dh, CT* dst) {
+    if constexpr (!vnni && std::is_same_v<KT, float>) {
+      std::copy(v, v + valid * Dh, dst);
+      std::fill(dst + valid * Dh, dst + kTile * Dh, CT(0.0f));
+    } else {
+      for (int64_t c = 0; c < kTile; ++c) {
+        const KT* row = v + c * Dh;
+        for (int64_t d = 0; d < Dh; ++d) {
+          CT value(0.0f);
+          if (c < valid) {
+            if constexpr (std::is_same_v<KT, CT>) value = row[d];
+            else value = CT(to_float(row[d]));
+          }
+          if constexpr (vnni) dst[((c >> 1) * Dh + d) * 2 + (c & 1)] = value;
+          else dst[c * Dh + d] = value;
+        }
+      }
+    }
+  }
+
+  // 2 Vec::size() fp32 values -> CT (round to nearest even for bf16).
+  static void store2(const Vec& a, const Vec& b, CT* dst) {
+    if constexpr (vnni) {
+      at::vec::convert_from_float<at::BFloat16>(a, b).store(dst);
+    } else {
+      a.store(dst);
+      b.store(dst + Vec::size());
+    }
+  }
+
+  // e^x: the fast polynomial where the products are bf16 anyway, Sleef's 1-ulp exp for fp32.
+  static Vec exp(const Vec& x) {
+    if constexpr (vnni) return x.exp_u20();
+    else return x.exp();
+  }
+};
+
+float hmax(const Vec& v) {
+  return at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return at::vec::maximum(a, b); }, v);
+}
+
+// One row of one tile: the online softmax update. `cols` of its kTile scores are valid (the
+// rest are after the row's position); writes the weights (CT) and returns the rescale factor.
+template <typename CT>
+float softmax_row(const float* s, int64_t cols, float& m, float& l, CT* p) {
+  constexpr int64_t W = Vec::size();
+  static_assert(kTile % (2 * W) == 0, "tiles are whole vector pairs");
+  Vec vmax(kNegInf);
+  for (int64_t c = 0; c < kTile; c += W) {
+    const int64_t n = std::clamp<int64_t>(cols - c, 0, W);
+    vmax = at::vec::maximum(vmax, n == W ? Vec::loadu(s + c) : Vec::set(Vec(kNegInf), Vec::loadu(s + c), n));
+  }
+  const float m_new = std::max(m, hmax(vmax));
+  const float alpha = std::exp(m - m_new);
+  const Vec shift(m_new);
+  Vec sum(0.0f);
+  for (int64_t c = 0; c < kTile; c += 2 * W) {
+    Vec e[2];
+    for (int64_t i = 0; i < 2; ++i) {
+      const int64_t n = std::clamp<int64_t>(cols - c - i * W, 0, W);
+      if (n == 0) {
+        e[i] = Vec(0.0f);
+        continue;
+      }
+      e[i] = Tiles<CT>::exp(Vec::loadu(s + c + i * W) - shift);
+      if (n < W) e[i] = Vec::set(Vec(0.0f), e[i], n);  // after the row's position: exactly 0
+      sum = sum + e[i];
+    }
+    Tiles<CT>::store2(e[0], e[1], p + c);
+  }
+  l = l * alpha + hsum(sum);
+  m = m_new;
+  return alpha;
+}
+
+// One task: query rows of tokens [t0, t1) of a segment, one key/value head, over packed tiles.
+template <typename CT>
+void matrix_task(const float* q, const Segment& seg, int64_t t0, int64_t t1, int64_t kh, const CT* keys,
+                 const CT* values, float* out, const Geometry& g) {
+  constexpr int64_t W = Vec::size();
+  const int64_t G = g.G, Dh = g.Dh, De = even(Dh), R = (t1 - t0) * G;
+  const bool vnni = Tiles<CT>::vnni;
+  std::vector<CT> a(R * De, CT(0.0f)), p(R * kTile);
+  std::vector<float> s(R * kTile), o(R * Dh, 0.0f), tmp(R * Dh), m(R, kNegInf), l(R, 0.0f), alpha(R);
+  std::vector<int64_t> limit(R);
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t t = t0 + r / G, h = kh * G + r % G;
+    limit[r] = seg.p0 + (t - seg.t0);
+    for (int64_t d = 0; d < Dh; ++d) a[r * De + d] = CT(q[(t * g.H + h) * Dh + d] * g.scale);
+  }
+  const int64_t last_tile = limit[R - 1] / kTile;
+  const int64_t key_tile = De * kTile, value_tile = kTile * Dh;
+  for (int64_t j = 0; j <= last_tile; ++j) {
+    cb::brgemm(R, kTile, De, De, kTile, kTile, false, a.data(), keys + j * key_tile, s.data(), vnni);
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t cols = std::min<int64_t>(kTile, limit[r] - j * kTile + 1);
+      CT* pr = p.data() + r * kTile;
+      if (cols <= 0) {  // the whole tile is after this row's position: weights 0, O unchanged
+        std::fill(pr, pr + kTile, CT(0.0f));
+        continue;
+      }
+      alpha[r] = softmax_row<CT>(s.data() + r * kTile, cols, m[r], l[r], pr);
+    }
+    cb::brgemm(R, Dh, kTile, kTile, Dh, Dh, false, p.data(), values + j * value_tile, tmp.data(), vnni);
+    for (int64_t r = 0; r < R; ++r) {
+      if (limit[r] < j * kTile) continue;
+      float* orow = o.data() + r * Dh;
+      const float* trow = tmp.data() + r * Dh;
+      const Vec scale(alpha[r]);
+      int64_t d = 0;
+      for (; d + W <= Dh; d += W) (Vec::loadu(orow + d) * scale + Vec::loadu(trow + d)).store(orow + d);
+      for (; d < Dh; ++d) orow[d] = orow[d] * alpha[r] + trow[d];
+    }
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t t = t0 + r / G, h = kh * G + r % G;
+    for (int64_t d = 0; d < Dh; ++d) out[(t * g.H + h) * Dh + d] = o[r * Dh + d] / l[r];
+  }
+}
+
+template <typename CT, typename KT>
+void attention_matrix(const float* q, const KT* ck, const KT* cv, const int64_t* rows, const int64_t* pos,
+                      float* out, int64_t N, const Geometry& g) {
+  const std::vector<Segment> segs = segments_of(rows, pos, N);
+  const int64_t K = g.K, Dh = g.Dh, De = even(Dh), key_tile = De * kTile, value_tile = kTile * Dh;
+  // Pack every segment's keys and values tile by tile, per key/value head.
+  std::vector<int64_t> tiles(segs.size()), offset(segs.size() + 1, 0);
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const int64_t kv_len = segs[i].p0 + (segs[i].t1 - segs[i].t0);
+    tiles[i] = (kv_len + kTile - 1) / kTile;
+    offset[i + 1] = offset[i] + K * tiles[i];
+  }
+  std::vector<CT> keys(offset.back() * key_tile, CT(0.0f)), values(offset.back() * value_tile);
+  at::parallel_for(0, offset.back(), 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const size_t i = std::upper_bound(offset.begin(), offset.end(), t) - offset.begin() - 1;
+      const int64_t kh = (t - offset[i]) / tiles[i], j = (t - offset[i]) % tiles[i];
+      const int64_t kv_len = segs[i].p0 + (segs[i].t1 - segs[i].t0), valid = std::min(kTile, kv_len - j * kTile);
+      const int64_t base = ((segs[i].row * K + kh) * g.max_len + j * kTile) * Dh;
+      Tiles<CT>::pack_keys(ck + base, valid, Dh, keys.data() + t * key_tile);
+      Tiles<CT>::pack_values(cv + base, valid, Dh, values.data() + t * value_tile);
+    }
+  });
+  struct Task { size_t seg; int64_t t0, t1, kh; };
+  std::vector<Task> tasks;
+  const int64_t per_task = std::max<int64_t>(1, kQueryRows / g.G);
+  for (size_t i = 0; i < segs.size(); ++i)
+    for (int64_t kh = 0; kh < K; ++kh)
+      for (int64_t t = segs[i].t0; t < segs[i].t1; t += per_task) tasks.push_back({i, t, std::min(segs[i].t1, t + per_task), kh});
+  at::parallel_for(0, tasks.size(), 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const Task& task = tasks[t];
+      const int64_t first = offset[task.seg] + task.kh * tiles[task.seg];
+      matrix_task<CT>(q, segs[task.seg], task.t0, task.t1, task.kh, keys.data() + first * key_tile,
+                      values.data() + first * value_tile, out, g);
+    }
+    if constexpr (Tiles<CT>::vnni) cb::brgemm_release(true);
+  });
+}
+
+template <typename KT>
+void dispatch(const float* q, const at::Tensor& ck, const at::Tensor& cv, const int64_t* rows, const int64_t* pos,
+              float* out, int64_t N, const Geometry& g, int64_t mode) {
+  const KT* k = ck.data_ptr<KT>();
+  const KT* v = cv.data_ptr<KT>();
+  if (mode == kVector) attention_vector(q, k, v, rows, pos, out, N, g);
+  else if (mode == kMatrixF32) attention_matrix<float>(q, k, v, rows, pos, out, N, g);
+  else attention_matrix<at::BFloat16>(q, k, v, rows, pos, out, N, g);
+}
+
+}  // namespace
+
+void attention(const at::Tensor& q_NHD, const at::Tensor& cache_k, const at::Tensor& cache_v,
+               const at::Tensor& rows_N, const at::Tensor& pos_N, at::Tensor& out_NHD, int64_t mode) {
+  TORCH_CHECK(q_NHD.scalar_type() == at::kFloat && q_NHD.is_contiguous() && q_NHD.dim() == 3, "attention: q (N, H, Dh) fp32");
+  TORCH_CHECK(out_NHD.sizes() == q_NHD.sizes() && out_NHD.is_contiguous(), "attention: out like q");
+  TORCH_CHECK(cache_k.is_contiguous() && cache_v.is_contiguous() && cache_k.dim() == 4, "attention: contiguous cache");
+  TORCH_CHECK(cache_k.scalar_type() == cache_v.scalar_type(), "attention: keys and values of one dtype");
+  TORCH_CHECK(mode != kMatrixBF16 || bf16_matrix_available(), "attention: no bf16 matrix unit here");
+  const int64_t N = q_NHD.size(0), H = q_NHD.size(1), Dh = q_NHD.size(2), K = cache_k.size(1);
+  TORCH_CHECK(cache_k.size(3) == Dh && H % K == 0, "attention: head shapes");
+  const at::Tensor rows = rows_N.to(at::kLong).contiguous(), pos = pos_N.to(at::kLong).contiguous();
+  const int64_t* r = rows.data_ptr<int64_t>();
+  const int64_t* p = pos.data_ptr<int64_t>();
+  for (int64_t n = 0; n < N; ++n)
+    TORCH_CHECK(r[n] >= 0 && r[n] < cache_k.size(0) && p[n] >= 0 && p[n] < cache_k.size(2), "attention: row or position outside the cache");
+  const Geometry g{H, K, H / K, Dh, cache_k.size(2), 1.0f / std::sqrt(static_cast<float>(Dh))};
+  const float* q = q_NHD.data_ptr<float>();
+  float* out = out_NHD.data_ptr<float>();
+  if (cache_k.scalar_type() == at::kBFloat16) dispatch<at::BFloat16>(q, cache_k, cache_v, r, p, out, N, g, mode);
+  else dispatch<float>(q, cache_k, cache_v, r, p, out, N, g, mode);
+}
+
+}  // namespace composer

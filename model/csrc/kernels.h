@@ -1,0 +1,37 @@
+// Row-invariant CPU kernels for the engine: every output row's arithmetic is the same whatever
+// the other rows of the call, so a token's logits do not depend on how it was batched or chunked
+// (the property prefix reuse and batched decoding rest on; model/kernels.py explains).
+//
+// Legend: N rows (tokens), I input features, O output features, H query heads, K key/value
+// heads, G = H / K query heads per key/value head, Dh head width, T cached positions.
+
+#pragma once
+
+#include <torch/extension.h>
+
+namespace composer {
+
+// Attention modes: how a call's tokens are computed.
+constexpr int64_t kVector = 0;      // one query at a time, fp32 arithmetic (decoding)
+constexpr int64_t kMatrixF32 = 1;   // brgemm tiles, fp32 (prefill of fp32 models; no bf16 unit)
+constexpr int64_t kMatrixBF16 = 2;  // brgemm tiles, bf16 inputs, fp32 accumulation (AMX prefill)
+
+// Whether oneDNN's bf16 batch-reduce GEMM runs on this CPU (AMX or AVX512-BF16).
+bool bf16_matrix_available();
+
+// (O, I) weights -> bf16 blocks of kBlockN outputs, each (I/2, n, 2): the VNNI layout of brgemm.
+at::Tensor pack_vnni(const at::Tensor& w_OI);
+
+// y (N, O) fp32 = x (N, I) fp32 @ w.T with pack_vnni's blocks (bf16 inputs, fp32 accumulation).
+at::Tensor linear_vnni(const at::Tensor& x_NI, const at::Tensor& packed, int64_t out_features);
+
+// y (N, O) fp32 = x (N, I) fp32 @ w.T with plain (O, I) weights, fp32 or bf16, fp32 arithmetic.
+at::Tensor linear_rowdot(const at::Tensor& x_NI, const at::Tensor& w_OI);
+
+// out (N, H, Dh) fp32: token n's queries q (N, H, Dh) fp32 (rotated) over positions
+// [0, pos[n]] of row rows[n] of the cache (rows, K, max_len, Dh), fp32 or bf16. Matrix modes take
+// runs of tokens of one row at consecutive positions (prefill chunks) together.
+void attention(const at::Tensor& q_NHD, const at::Tensor& cache_k, const at::Tensor& cache_v,
+               const at::Tensor& rows_N, const at::Tensor& pos_N, at::Tensor& out_NHD, int64_t mode);
+
+}  // namespace composer

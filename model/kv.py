@@ -1,0 +1,70 @@
+"""The engine's KV cache: per layer, keys and values of `rows` sequences of up to `max_len`
+positions, in fp32 or bf16, and the copies between a row and the prefix cache's blocks
+(model/prefix_cache.py).
+
+Row b's positions [0, length_b) are valid; the engine tracks lengths and passes each new token's
+row and absolute position. A sequence keeps its row from admission to the end, and attention
+reads only positions up to each query's own (model/kernels.py), so rows need no compaction and
+never-written memory is never read. Pages are touched only as they fill (torch.empty), so a long
+`max_len` costs address space, not memory.
+
+    cache = KVCache(config, rows=8, max_len=8193, dtype=torch.bfloat16)
+
+Legend: L layers, K key/value heads, Dh head width, P positions per block.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from model.config import ModelConfig
+
+KV_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def kv_dtype(name: str | torch.dtype) -> torch.dtype:
+    """"fp32" or "bf16" (or the dtype itself) -> the dtype; anything else is a ValueError."""
+    if isinstance(name, torch.dtype) and name in KV_DTYPES.values():
+        return name
+    if name not in KV_DTYPES:
+        raise ValueError(f"kv_dtype must be one of {sorted(KV_DTYPES)}, got {name!r}")
+    return KV_DTYPES[name]
+
+
+class KVCache:
+    """Keys and values are valid only for the weights that computed them, `weight_version`:
+    the engine calls `reset` on each weight load (a reload under the same version number is still
+    new weights), and the prefix cache keys its blocks by (version, resets)."""
+
+    def __init__(self, config: ModelConfig, rows: int, max_len: int, dtype: torch.dtype,
+                 device: torch.device | str = "cpu", weight_version: int = 0) -> None:
+        shape = (rows, config.num_kv_heads, max_len, config.head_dim)
+        self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
+        self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
+        self.rows, self.max_len, self.dtype = rows, max_len, dtype
+        self.weight_version = weight_version
+        self.resets = 0
+        """How many times the contents were invalidated (weight loads)."""
+
+    def reset(self, weight_version: int) -> None:
+        """Invalidates every row: from now on entries belong to `weight_version`."""
+        self.weight_version = weight_version
+        self.resets += 1
+
+    @property
+    def bytes_per_position(self) -> int:
+        k = self.k[0]
+        return 2 * len(self.k) * k.shape[1] * k.shape[3] * k.element_size()
+
+    def read_blocks(self, row: int, start: int, num_blocks: int, block: int) -> list[torch.Tensor]:
+        """Positions [start, start + num_blocks * block) of `row`, per layer keys then values,
+        each (num_blocks, K, P, Dh): the prefix cache's block layout."""
+        end = start + num_blocks * block
+        return [t[row, :, start:end].unflatten(1, (num_blocks, block)).transpose(0, 1) for t in (*self.k, *self.v)]
+
+    def write_blocks(self, row: int, start: int, blocks: list[torch.Tensor]) -> None:
+        """Inverse of read_blocks: blocks (per layer keys then values, each (n, K, P, Dh)) into
+        `row` from position `start`."""
+        for t, b in zip((*self.k, *self.v), blocks):
+            n, _, block, _ = b.shape
+            t[row, :, start : start + n * block].unflatten(1, (n, block)).copy_(b.transpose(0, 1))

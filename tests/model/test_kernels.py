@@ -1,0 +1,116 @@
+"""The engine's C++ kernels (model/csrc/kernels.cpp via model/kernels.py): each against an fp64
+reference, and row-invariant: a row's bits do not change with the other rows of the call, the
+offset it sits at, how a prompt is cut into chunks, or which sequences share the call. The torch
+fallback (no extension) against the same reference.
+
+Run: .venv/bin/python -m pytest tests/model/test_kernels.py
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+
+import model.cpu_ext as cpu_ext
+from model.kernels import DECODE, MATRIX_BF16, MATRIX_F32, PREFILL, VECTOR, Kernels
+from model.quant import Int4Linear
+
+H, K, DH, MAX_LEN = 6, 2, 16, 300
+
+
+@pytest.fixture(scope="module")
+def kernels() -> Kernels:
+    if shutil.which(os.environ.get("CXX", "c++")) is None:
+        pytest.skip("no C++ compiler found: the extension cannot be built")
+    return Kernels(cpu_ext.load_extension())
+
+
+def subsets(n: int):
+    """(start, length) row ranges of an n-row call: alone, at offsets, tails of tiles."""
+    return [(0, 1), (3, 1), (1, 2), (5, 7), (0, 33), (7, n - 7), (0, n)]
+
+
+@pytest.mark.parametrize("shape", [(64, 96), (17, 33), (96, 200)], ids=["64x96", "odd", "wide"])
+def test_linear_kernels_match_fp64_and_are_row_invariant(kernels, shape):
+    in_features, out_features = shape
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(out_features, in_features, generator=gen)
+    x = torch.randn(70, in_features, generator=gen)
+    ref = x.double() @ w.double().t()
+    ext = kernels.ext
+    cases = {"rowdot fp32": (lambda a: ext.linear_rowdot(a, w), 1e-5),
+             "rowdot bf16 weights": (lambda a: ext.linear_rowdot(a, w.bfloat16()), 3e-2)}
+    if kernels.bf16_matrix:
+        packed = ext.pack_vnni(w)
+        cases["vnni bf16"] = (lambda a: ext.linear_vnni(a, packed, out_features), 0.3)
+    for name, (fn, tol) in cases.items():
+        full = fn(x)
+        assert (full.double() - ref).abs().max() < tol * in_features**0.5, name
+        for start, n in subsets(len(x)):
+            assert torch.equal(fn(x[start : start + n].contiguous()), full[start : start + n]), (name, start, n)
+
+
+def test_role_linears_pick_the_kernel_per_role(kernels):
+    layer = Int4Linear(torch.randn(64, 96) * 0.05)
+    linear = kernels.linear(layer)
+    x = torch.randn(5, 96)
+    decode = torch.ops.aten._weight_int4pack_mm_for_cpu(x.bfloat16(), layer.packed, 32, layer.scales_and_zeros).float()
+    assert torch.equal(linear(x, DECODE), decode)  # torch's int4 kernel, bf16 activations
+    prefill = linear(x, PREFILL)  # the dense bf16 copy
+    assert not torch.equal(prefill, decode) and (prefill - decode).abs().max() < 0.05
+
+
+def reference_attention(q, cache_k, cache_v, rows, pos):
+    out = torch.empty(q.shape, dtype=torch.float64)
+    for n in range(len(q)):
+        keys = cache_k[rows[n], :, : pos[n] + 1].double().repeat_interleave(H // K, 0)
+        values = cache_v[rows[n], :, : pos[n] + 1].double().repeat_interleave(H // K, 0)
+        scores = (q[n].double().unsqueeze(1) @ keys.transpose(1, 2)).squeeze(1) / DH**0.5
+        out[n] = (scores.softmax(-1).unsqueeze(1) @ values).squeeze(1)
+    return out
+
+
+def run(kernels, q, cache_k, cache_v, rows, pos, mode):
+    out = torch.empty_like(q)
+    kernels.ext.attention(q.contiguous(), cache_k, cache_v, torch.tensor(rows), torch.tensor(pos), out, mode)
+    return out
+
+
+@pytest.mark.parametrize("kv", [torch.float32, torch.bfloat16], ids=["kv-fp32", "kv-bf16"])
+@pytest.mark.parametrize("mode", [VECTOR, MATRIX_F32, MATRIX_BF16], ids=["vector", "matrix-fp32", "matrix-bf16"])
+def test_attention_matches_fp64_and_is_invariant_to_chunks_and_batches(kernels, mode, kv):
+    if mode == MATRIX_BF16 and not kernels.bf16_matrix:
+        pytest.skip("no bf16 matrix unit on this CPU")
+    gen = torch.Generator().manual_seed(1)
+    cache_k = torch.randn(3, K, MAX_LEN, DH, generator=gen).to(kv)
+    cache_v = torch.randn(3, K, MAX_LEN, DH, generator=gen).to(kv)
+    # Row 1: a chunk at positions 100..229 (the first 100 "cached"); row 2: a prompt from 0.
+    rows = [1] * 130 + [2] * 70
+    pos = list(range(100, 230)) + list(range(70))
+    q = torch.randn(len(rows), H, DH, generator=gen)
+    full = run(kernels, q, cache_k, cache_v, rows, pos, mode)
+    tol = 2e-2 if mode == MATRIX_BF16 else 1e-5
+    assert (full.double() - reference_attention(q, cache_k, cache_v, rows, pos)).abs().max() < tol
+    # The same queries cut differently: later chunks, single tokens, another sequence alone.
+    for start, end in [(0, 1), (40, 130), (129, 130), (130, 200), (60, 150), (5, 6)]:
+        part = run(kernels, q[start:end], cache_k, cache_v, rows[start:end], pos[start:end], mode)
+        assert torch.equal(part, full[start:end]), (start, end)
+    # Whatever lies after a query's position (later tokens, garbage, NaN) does not reach it.
+    poisoned_k, poisoned_v = cache_k.clone(), cache_v.clone()
+    poisoned_k[1, :, 180:] = float("nan")
+    poisoned_v[1, :, 180:] = float("nan")
+    part = run(kernels, q[:80], poisoned_k, poisoned_v, rows[:80], pos[:80], mode)
+    assert torch.equal(part, full[:80])
+
+
+def test_the_torch_fallback_matches_the_reference():
+    fallback = Kernels(None, "no extension (test)")
+    gen = torch.Generator().manual_seed(2)
+    cache_k, cache_v = (torch.randn(2, K, 64, DH, generator=gen) for _ in range(2))
+    rows, pos = [0, 0, 0, 1], [5, 6, 7, 30]
+    q = torch.randn(4, H, DH, generator=gen)
+    out = fallback.attention(q, cache_k, cache_v, torch.tensor(rows), torch.tensor(pos), PREFILL, bf16=False)
+    assert (out.double() - reference_attention(q, cache_k, cache_v, rows, pos)).abs().max() < 1e-5
