@@ -110,11 +110,14 @@ def router_z_loss(router_logits_NE: torch.Tensor) -> torch.Tensor:
     return router_logits_NE.float().logsumexp(dim=-1).square().mean()
 
 
-def route(logits_NE: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def route(logits_NE: torch.Tensor, top_k: int, renormalise: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Router logits -> (weights_Nk fp32, experts_Nk): softmax over all experts in fp32, the
-    top k, renormalised to sum to 1 (the engine's runner routes with the same function)."""
+    top k, renormalised to sum to 1 unless `renormalise` is False (Qwen3-MoE's
+    norm_topk_prob=False); the engine's runner routes with this function."""
     weights_Nk, experts_Nk = logits_NE.float().softmax(dim=-1).topk(top_k, dim=-1)
-    return weights_Nk / weights_Nk.sum(dim=-1, keepdim=True), experts_Nk
+    if renormalise:
+        weights_Nk = weights_Nk / weights_Nk.sum(dim=-1, keepdim=True)
+    return weights_Nk, experts_Nk
 
 
 class Experts(nn.Module):

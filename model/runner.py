@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from model.kernels import Kernels, RoleLinear
 from model.kv import KVCache
@@ -47,6 +48,8 @@ class _Layer:
     router: RoleLinear | None
     w13: list[RoleLinear]
     w2: list[RoleLinear]
+    qk_norm: tuple[nn.Module, nn.Module] | None
+    """Qwen3's per-head query and key norms (applied before the rotary embedding), or None."""
 
 
 class Runner:
@@ -68,6 +71,7 @@ class Runner:
                 kernels.linear(layer.attn.qkv), kernels.linear(layer.attn.o_proj),
                 kernels.linear(layer.moe.router.weight) if config.num_experts > 1 else None,
                 [kernels.linear(w) for w in w13], [kernels.linear(w) for w in w2],
+                (layer.attn.q_norm, layer.attn.k_norm) if config.qk_norm else None,
             ))
         self.head = kernels.linear(model.lm_head)
 
@@ -95,7 +99,12 @@ class Runner:
         H, K, Dh = config.num_heads, config.num_kv_heads, config.head_dim
         h_ND = F.rms_norm(x_ND, (config.hidden_size,), layer.attn_norm, config.rms_norm_eps)
         qk, v = layer.qkv(h_ND, role).split([(H + K) * Dh, K * Dh], dim=-1)
-        q, k = apply_rotary(qk.view(1, N, H + K, Dh), cos_NDh[None], sin_NDh[None])[0].split([H, K], dim=1)
+        qk = qk.view(1, N, H + K, Dh)
+        if layer.qk_norm is not None:
+            with torch.no_grad():
+                q, k = qk.split([H, K], dim=2)
+                qk = torch.cat([layer.qk_norm[0](q), layer.qk_norm[1](k)], dim=2)
+        q, k = apply_rotary(qk, cos_NDh[None], sin_NDh[None])[0].split([H, K], dim=1)
         cache_k, cache_v = self.cache.k[i], self.cache.v[i]
         # Advanced indices around a slice put N first: the value is (N, K, Dh).
         cache_k[rows_N, :, pos_N] = k.to(cache_k.dtype)
@@ -110,7 +119,7 @@ class Runner:
         if layer.router is None:  # dense: the single expert's weight is exactly 1
             return _expert(layer, 0, h_ND, role), torch.zeros(N, 1, dtype=torch.long)
         k = self.config.top_k
-        weights_Nk, experts_Nk = route(layer.router(h_ND, role), k)
+        weights_Nk, experts_Nk = route(layer.router(h_ND, role), k, self.config.norm_topk_prob)
         flat_M = experts_Nk.flatten()
         order_M = flat_M.argsort(stable=True)
         token_M = order_M // k
