@@ -25,7 +25,7 @@ from pathlib import Path
 
 from agent.isolation import OPT_IN_FLAG, IsolationStatus
 from agent.loop import LoopConfig
-from agent.sandbox import isolation_status
+from agent.sandbox import startup_isolation
 from agent.session import Session, SessionConfig
 
 
@@ -112,15 +112,9 @@ def _failed(args: argparse.Namespace, session: Session, status: IsolationStatus,
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if not args.workspace.is_dir():
-        print(f"composer-agent: workspace {args.workspace} is not a directory", file=sys.stderr)
+    status = startup_isolation("composer-agent", args.workspace, args.allow_unsandboxed)
+    if status is None:
         return 2
-    try:
-        status = isolation_status(args.allow_unsandboxed)
-    except ValueError as err:  # a config.toml that does not parse
-        print(f"composer-agent: {err}", file=sys.stderr)
-        return 2
-    print(f"composer-agent: {status.describe()}", file=sys.stderr, flush=True)
     return asyncio.run(_run(args, status))
 
 

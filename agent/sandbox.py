@@ -330,6 +330,22 @@ def isolation_status(allow_unsandboxed: bool = False) -> IsolationStatus:
     return status_for(support.isolation, notes, allow_unsandboxed)
 
 
+def startup_isolation(program: str, workspace: Path, allow_unsandboxed: bool) -> IsolationStatus | None:
+    """What a command-line program checks before it starts: the workspace is a directory and the
+    user's config parses; then it prints the sandbox level to stderr. None (after printing why)
+    when it must exit with status 2."""
+    if not workspace.is_dir():
+        print(f"{program}: workspace {workspace} is not a directory", file=sys.stderr)
+        return None
+    try:
+        status = isolation_status(allow_unsandboxed)
+    except ValueError as err:  # a config.toml that does not parse
+        print(f"{program}: {err}", file=sys.stderr)
+        return None
+    print(f"{program}: {status.describe()}", file=sys.stderr, flush=True)
+    return status
+
+
 def _argv(level: Isolation, workspace: Path, command: str, *, network: bool,
           max_processes: int | None, tmp_bytes: int) -> list[str]:
     if level == "bwrap":

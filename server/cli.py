@@ -29,7 +29,7 @@ import threading
 from pathlib import Path
 
 from agent.isolation import OPT_IN_FLAG
-from agent.sandbox import isolation_status
+from agent.sandbox import startup_isolation
 from server.hub import MODES, ServerSettings
 
 
@@ -126,15 +126,9 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     if args.trust_workspace is not None:
         return _trust(args.trust_workspace)
-    if not args.workspace.is_dir():
-        print(f"composer-lsp: workspace {args.workspace} is not a directory", file=sys.stderr)
+    status = startup_isolation("composer-lsp", args.workspace, args.allow_unsandboxed)
+    if status is None:
         return 2
-    try:
-        status = isolation_status(args.allow_unsandboxed)
-    except ValueError as err:  # a config.toml that does not parse
-        print(f"composer-lsp: {err}", file=sys.stderr)
-        return 2
-    print(f"composer-lsp: {status.describe()}", file=sys.stderr, flush=True)
     settings = ServerSettings(workspace=args.workspace.resolve(), endpoint=args.endpoint, model=args.model,
                               api_key=args.api_key, quantize=args.quantize, log_dir=args.log_dir,
                               default_mode=args.mode, index=args.index, allow_unsandboxed=args.allow_unsandboxed)
