@@ -63,5 +63,8 @@ def test_two_ranks_match_one_process(tmp_path):
     assert one["metrics"]["grad_norm"] > 0.5  # the clip was active: both ranks used the global norm
     for name, grad in one["grads"].items():
         torch.testing.assert_close(two["grads"][name], grad, rtol=1e-4, atol=1e-6, msg=name)
+    # Adam moves each element by about lr * g / |g|: where a gradient is near zero, the ranks' sum
+    # order (within the gradient tolerance above) moves it by up to ~1e-5 here (lr 1e-2, 3 elements
+    # of 8k measured), so weights agree to 1% of lr; a wrong optimizer shard moves many by ~lr.
     for name, weight in one["weights"].items():
-        torch.testing.assert_close(two["weights"][name], weight, rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(two["weights"][name], weight, rtol=1e-4, atol=1e-4, msg=name)
