@@ -3,7 +3,6 @@ routed SwiGLU MoE, a final RMSNorm and the output head.
 
     model = Transformer(ModelConfig.debug()).init_weights(seed=0)
     out = model(input_ids_BS)                                   # full causal forward (training)
-    out = model(ids_BS, positions_BS=pos, cache=kv, attend_len=T, logits_at=idx)   # engine
 
 Training with routing replay: `given_experts_BSLk` forces each position's experts per layer (the
 rollout's `Completion.routed_experts`, model/moe.py says how the gate weights follow), the router
@@ -13,7 +12,7 @@ backward pass instead of keeping its activations:
     out = model(ids_BS, given_experts_BSLk=experts, return_router_logits=True, gradient_checkpointing=True)
     logprobs_C = completion_logprobs(model, prompt_ids, completion.token_ids, completion.routed_experts)
 
-Legend: B rows, S positions this call, T attended cache positions, D width, V vocab, L layers,
+Legend: B rows, S positions, D width, V vocab, L layers,
 k experts per token.
 """
 
@@ -26,7 +25,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from model.config import ModelConfig
-from model.layers import Attention, KVCache, RMSNorm, Rotary
+from model.layers import Attention, RMSNorm, Rotary
 from model.moe import MoE, check_given_experts
 
 
@@ -48,10 +47,9 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.moe = MoE(config)
 
-    def forward(self, x_BSD, rope, cache=None, positions_BS=None, attend_len=0, given_experts_BSk=None,
-                attn_mask_B1SS=None):
+    def forward(self, x_BSD, rope, given_experts_BSk=None, attn_mask_B1SS=None):
         """Returns (x_BSD, experts_BSk, router_logits_BSE or None)."""
-        x_BSD = x_BSD + self.attn(self.attn_norm(x_BSD), rope, cache, positions_BS, attend_len, attn_mask_B1SS)
+        x_BSD = x_BSD + self.attn(self.attn_norm(x_BSD), rope, attn_mask_B1SS)
         B, S, D = x_BSD.shape
         given_Nk = None if given_experts_BSk is None else given_experts_BSk.reshape(B * S, -1)
         y_ND, experts_Nk, logits_NE = self.moe(self.ffn_norm(x_BSD).view(B * S, D), given_Nk)
@@ -95,10 +93,6 @@ class Transformer(nn.Module):
         self,
         input_ids_BS: torch.Tensor,
         positions_BS: torch.Tensor | None = None,
-        cache: KVCache | None = None,
-        rows: slice | None = None,
-        attend_len: int = 0,
-        write_at_BS: torch.Tensor | None = None,
         logits_at: torch.Tensor | None = None,
         return_routing: bool = False,
         *,
@@ -107,17 +101,17 @@ class Transformer(nn.Module):
         gradient_checkpointing: bool = False,
         attention_mask_B1SS: torch.Tensor | None = None,
     ) -> ForwardOutput:
-        """`cache` with `positions_BS` and `attend_len`: incremental decoding into the cache rows
-        `rows` (default the first B); `write_at_BS` redirects cache writes (see Attention).
+        """The full forward over `input_ids_BS` at `positions_BS` (default 0..S-1; packed training
+        rows restart them per sample). The engine decodes incrementally with model/runner.py.
         `logits_at` (B, P): compute the head only at these positions of each row; the head is
         the largest matmul per token, so prefill asks for the last position alone.
 
         Training: `given_experts_BSLk` (B, S, L, k) integer experts per position and layer
         replace the router's choice (-1 on a whole (position, layer): the router's own);
         `return_router_logits` fills `router_logits_BSLE`; `gradient_checkpointing` recomputes
-        each block in the backward pass (no cache); `attention_mask_B1SS` (bool, True = visible)
+        each block in the backward pass; `attention_mask_B1SS` (bool, True = visible)
         replaces the causal mask, for rows that pack several samples behind one shared prefix
-        (training/batch.py's `attention_mask`; no cache)."""
+        (training/batch.py's `attention_mask`)."""
         B, S = input_ids_BS.shape
         if positions_BS is None:
             positions_BS = torch.arange(S, device=input_ids_BS.device).expand(B, S)
@@ -126,27 +120,17 @@ class Transformer(nn.Module):
             raise ValueError(f"position {int(positions_BS.max())} exceeds the model's context of {limit} tokens")
         if given_experts_BSLk is not None:
             self._check_given_experts(given_experts_BSLk, B, S)
-        if gradient_checkpointing and cache is not None:
-            raise ValueError("gradient checkpointing is for training forwards; it takes no KV cache")
-        if attention_mask_B1SS is not None and cache is not None:
-            raise ValueError("an attention mask is for training forwards; it takes no KV cache")
         x_BSD = self.embed(input_ids_BS)
         rope = self.rotary(positions_BS, x_BSD.dtype)
         routing, router_logits = [], []
         for i, layer in enumerate(self.layers):
-            layer_cache = None
-            if cache is not None:
-                rows = rows or slice(0, B)
-                layer_cache = (cache.k[i][rows], cache.v[i][rows], write_at_BS)
             given = None if given_experts_BSLk is None else given_experts_BSLk[:, :, i]
             if gradient_checkpointing and torch.is_grad_enabled():
                 x_BSD, experts_BSk, logits_BSE = checkpoint(
-                    layer, x_BSD, rope, None, positions_BS, attend_len, given, attention_mask_B1SS, use_reentrant=False
+                    layer, x_BSD, rope, given, attention_mask_B1SS, use_reentrant=False
                 )
             else:
-                x_BSD, experts_BSk, logits_BSE = layer(
-                    x_BSD, rope, layer_cache, positions_BS, attend_len, given, attention_mask_B1SS
-                )
+                x_BSD, experts_BSk, logits_BSE = layer(x_BSD, rope, given, attention_mask_B1SS)
             routing.append(experts_BSk)
             router_logits.append(logits_BSE)
         if logits_at is not None:

@@ -11,7 +11,6 @@ import transformers
 
 from model.config import ModelConfig
 from model.hf import CheckpointError, load_model, load_state_dict, save_model
-from model.layers import KVCache
 from model.transformer import Transformer
 
 
@@ -38,35 +37,6 @@ def test_logits_match_transformers(tmp_path, changes, hf_class):
         theirs = reference(ids).logits
     torch.testing.assert_close(ours, theirs, atol=2e-5, rtol=1e-4)
     assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
-
-
-def test_kv_cache_decoding_equals_full_recomputation():
-    model = tiny()
-    ids = torch.randint(0, 256, (3, 24), generator=torch.Generator().manual_seed(2))
-    with torch.no_grad():
-        full = model(ids).logits
-        cache = KVCache(model.config, rows=3, max_len=64, dtype=torch.float32)
-        steps = [model(ids[:, :9], torch.arange(9).expand(3, 9), cache, attend_len=9).logits]
-        for t in range(9, 24, 5):  # chunks of several positions, as speculative verification feeds
-            n = min(5, 24 - t)
-            steps.append(model(ids[:, t : t + n], torch.arange(t, t + n).expand(3, n), cache, attend_len=t + n).logits)
-    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
-
-
-def test_rows_of_different_lengths_decode_together():
-    model = tiny()
-    a = torch.randint(0, 256, (1, 11), generator=torch.Generator().manual_seed(3))
-    b = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(4))
-    with torch.no_grad():
-        cache = KVCache(model.config, rows=2, max_len=32, dtype=torch.float32)
-        pad = torch.zeros(1, 5, dtype=torch.long)
-        # Row 1 is padded at the end: its padding sits beyond its length and is never attended to.
-        ids = torch.cat([a[:, :10], torch.cat([b[:, :5], pad], 1)])
-        pos = torch.stack([torch.arange(10), torch.cat([torch.arange(5), torch.arange(5, 10)])])
-        model(ids, pos, cache, attend_len=10)
-        step = model(torch.stack([a[0, 10:], b[0, 5:]]), torch.tensor([[10], [5]]), cache, attend_len=11).logits
-        torch.testing.assert_close(step[0, -1], model(a).logits[0, -1], atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(step[1, -1], model(b).logits[0, -1], atol=1e-5, rtol=1e-5)
 
 
 def test_routing_is_reported_per_layer():
