@@ -8,9 +8,10 @@ grading, and whose gold `patch` undoes the bug.
     python -m training.taskgen --package more-itertools --sdist more_itertools-11.2.1.tar.gz --out tasks.jsonl --append
 
 Offline except for `pip download --no-deps --no-binary :all: NAME==V` of the sdist, cached under
-~/.cache/composer/sdists ($COMPOSER_SDISTS; `--sdist FILE` skips the cache). Tests run with pytest
-in the sandbox (agent.sandbox.run_sandboxed), with plugin autoloading off so the suite sees only
-its own configuration, on a scratch copy of the source.
+~/.cache/composer/sdists ($COMPOSER_SDISTS; `--sdist FILE` skips the cache). The unpacked sdist is
+a training/envs base; mutants are written into one environment's view of it, and tests run there
+with pytest in its sandbox and limits (training.tasks.run_tests), with plugin autoloading off so
+the suite sees only its own configuration.
 
 For each mutant (chosen with --seed, balancing the mutation kinds, one task per function):
   1. the tests that mention the function (by name, found in the test files' syntax trees, among
@@ -43,7 +44,6 @@ import hashlib
 import json
 import random
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -51,12 +51,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.sandbox import run_sandboxed
+from training.envs import Base, Environment, Limits
 from training.mutations import KINDS, Mutation, find_mutations, parses
 from training.patches import HideError, file_diff, hide_tests
 from training.tasks import (
     PASSED,
     TEST_ENV,
+    TEST_OUTPUT_BYTES,
     Source,
     Task,
     TaskError,
@@ -147,14 +148,14 @@ def names_in_tests(root: Path) -> dict[str, set[str]]:
     return refs
 
 
-async def collect_tests(root: Path, timeout_s: float) -> list[str]:
-    """The test ids pytest collects in `root`."""
+async def collect_tests(env: Environment, timeout_s: float) -> list[str]:
+    """The test ids pytest collects in the environment."""
     command = TEST_CMD.replace(" -rA --tb=short {tests}", " --collect-only")
-    result = await run_sandboxed(command, workspace_root=root, timeout_s=timeout_s, env=TEST_ENV,
-                                 max_output_bytes=32 * 1024**2)
+    result = await env.run(command, timeout_s=timeout_s, env=TEST_ENV, max_output_bytes=TEST_OUTPUT_BYTES)
     ids = [line.strip() for line in result.output.splitlines() if "::" in line and not line.startswith(" ")]
     if result.exit_code != 0 or not ids:
-        raise TaskError(f"collecting the tests in {root} failed (exit {result.exit_code}): {result.output[-1500:]}")
+        raise TaskError(f"collecting the tests of {env.base.key} failed (exit {result.exit_code}): "
+                        f"{result.output[-1500:]}")
     return ids
 
 
@@ -230,9 +231,12 @@ def problem_statement(package: str, version: str, f2p: list[str], output: str, t
 
 
 class Generator:
-    def __init__(self, root: Path, package: str, version: str, sdist_sha256: str, *, seed: int,
+    """Mutants of the package in `env` (its view is changed in place and restored after each)."""
+
+    def __init__(self, env: Environment, package: str, version: str, sdist_sha256: str, *, seed: int,
                  p2p: int, timeout_s: float) -> None:
-        self.root, self.package, self.version, self.sha256 = root, package, version, sdist_sha256
+        self.env, self.root = env, env.root
+        self.package, self.version, self.sha256 = package, version, sdist_sha256
         self.rng = random.Random(seed)
         self.seed, self.p2p, self.timeout_s = seed, p2p, timeout_s
         self.stats = Stats()
@@ -242,10 +246,10 @@ class Generator:
         self.refs: dict[str, set[str]] = {}
         self.test_files: set[str] = set()
         self.template = Task(instance_id="x", problem_statement="x", FAIL_TO_PASS=("x",), test_cmd=TEST_CMD,
-                             source=Source(kind="dir", path=str(root)))
+                             source=Source(kind="dir", path=str(env.base.path)))
 
     async def prepare(self) -> list[Mutation]:
-        self.collected = await collect_tests(self.root, self.timeout_s)
+        self.collected = await collect_tests(self.env, self.timeout_s)
         self.refs = names_in_tests(self.root)
         self.test_files = {t.split("::", 1)[0] for t in self.collected}
         candidates = []
@@ -290,7 +294,7 @@ class Generator:
         return tasks
 
     async def _run(self, ids: list[str]) -> TestRun:
-        return await run_tests(self.template, self.root, ids, timeout_s=self.timeout_s)
+        return await run_tests(self.template, self.env, ids, timeout_s=self.timeout_s)
 
     async def try_mutation(self, m: Mutation) -> Task | None:
         path = self.root / m.path
@@ -392,10 +396,10 @@ async def generate_tasks(package: str, *, version: str | None = None, sdist: Pat
         raise TaskError(f"--version {version} does not match the sdist {sdist.name} (version {found})")
     sha256 = hashlib.sha256(sdist.read_bytes()).hexdigest()
     with tempfile.TemporaryDirectory(prefix="composer-taskgen-") as tmp:
-        root = unpack_sdist(sdist, Path(tmp) / "src")
-        gen = Generator(root, package, found, sha256, seed=seed, p2p=p2p, timeout_s=timeout_s)
-        tasks = await gen.generate(max_tasks, max_tries if max_tries is not None else max(10, 6 * max_tasks))
-        shutil.rmtree(root, ignore_errors=True)
+        base = Base.from_dir(unpack_sdist(sdist, Path(tmp) / "src"), key=f"{normal_name(package)}-{found}")
+        async with await Environment.create(base, limits=Limits(timeout_s=timeout_s)) as env:
+            gen = Generator(env, package, found, sha256, seed=seed, p2p=p2p, timeout_s=timeout_s)
+            tasks = await gen.generate(max_tasks, max_tries if max_tries is not None else max(10, 6 * max_tasks))
     s = gen.stats
     summary = {"package": package, "version": found, "sdist": str(sdist), "candidates": s.candidates,
                "tried": s.tried, "kept": s.kept, "survived": s.survived, "no_fail_to_pass": s.no_fail_to_pass,

@@ -5,14 +5,15 @@ training/schemas/task.schema.json (SWE-bench's field names, plus `source`, `setu
     tasks = load_tasks("training/data/tasks/curated.jsonl")   # TaskError names line and field
     root = materialize(tasks[0], Path("/tmp/ws"))              # sdist/dir/git + source.patch, a git repo
     spec = base_spec(tasks[0])                                 # the same, as a training/envs base
-    run = await run_tests(tasks[0], root, tasks[0].FAIL_TO_PASS)   # in the sandbox, on a directory
+    async with await Environment.create(Base.from_dir(root)) as env:
+        run = await run_tests(tasks[0], env, tasks[0].FAIL_TO_PASS)   # in the env's sandbox
     g = grade(tasks[0], run.outcomes)                          # TaskGrade: resolved, per-test outcomes
 
 Agents run on tasks, and are graded, on environments (training/run.py: `run_task`): the base
 is `base_spec(task)` (materialized once, setup commands run once), grading applies the agent's
 diff (less `protected_paths(task)`: the tests' files) and then `test_patch` to a fresh view and
-runs `task.test_command(...)` there. `run_tests` serves task generation (training/taskgen.py),
-which runs tests on scratch copies of a package.
+runs `task.test_command(...)` there. `run_tests` runs chosen tests in an environment as it is:
+task generation (training/taskgen.py) mutates a package's view and runs its tests there.
 
 A plain SWE-bench line (no `source`) builds from https://github.com/<repo> at `base_commit`.
 `FAIL_TO_PASS`/`PASS_TO_PASS` may be JSON-encoded strings (SWE-bench ships them so). A `pypi`
@@ -51,9 +52,8 @@ from typing import Any
 import jsonschema
 
 from agent.json_schema import schema_validator
-from agent.sandbox import run_sandboxed
 from agent.unidiff import touched_paths
-from training.envs import BaseSpec
+from training.envs import BaseSpec, Environment
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "task.schema.json"
 DEFAULT_TEST_CMD = "python -m pytest -q -p no:cacheprovider -rA {tests}"
@@ -458,14 +458,14 @@ def parse_pytest_summary(output: str) -> dict[str, str]:
     return outcomes
 
 
-async def run_tests(task: Task, root: Path, ids: list[str] | tuple[str, ...] | None = None, *,
+async def run_tests(task: Task, env: Environment, ids: list[str] | tuple[str, ...] | None = None, *,
                     timeout_s: float = 600, extra_args: str = "") -> TestRun:
-    """Runs `ids` (default: FAIL_TO_PASS + PASS_TO_PASS) with the task's test_cmd in the
-    sandbox. Ids asked for but not in the summary are `missing`."""
+    """Runs `ids` (default: FAIL_TO_PASS + PASS_TO_PASS) with the task's test_cmd in `env`'s
+    sandbox, within its limits (training/envs). Ids asked for but not in the summary are
+    `missing`."""
     ids = list(ids) if ids is not None else [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
     command = task.test_command(ids) + (f" {extra_args}" if extra_args else "")
-    result = await run_sandboxed(command, workspace_root=root, timeout_s=timeout_s, env=TEST_ENV,
-                                 max_output_bytes=TEST_OUTPUT_BYTES)
+    result = await env.run(command, timeout_s=timeout_s, env=TEST_ENV, max_output_bytes=TEST_OUTPUT_BYTES)
     return TestRun(command, result.exit_code, test_outcomes(result.output, ids), result.output,
                    result.timed_out, result.duration_s)
 

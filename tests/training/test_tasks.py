@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from add_task import add_task_line
 
-from training.envs import Base
+from training.envs import Base, Environment
 from training.tasks import (
     DEFAULT_TEST_CMD,
     MISSING,
@@ -133,6 +133,11 @@ def _dir_task(tmp_path: Path, **fields) -> Task:
     return task
 
 
+async def open_env(root: Path, tmp_path: Path) -> Environment:
+    """An environment on the directory `root` as it is (state kept under tmp_path)."""
+    return await Environment.create(Base.from_dir(root), state_dir=tmp_path / "state")
+
+
 async def test_dir_task_builds_fails_then_passes_with_the_gold_patch(tmp_path):
     task = _dir_task(tmp_path)
     assert task.source.path == str(tmp_path / "src")  # relative to the tasks file
@@ -140,12 +145,13 @@ async def test_dir_task_builds_fails_then_passes_with_the_gold_patch(tmp_path):
     assert "a - b" in (root / "pkg" / "__init__.py").read_text()
     status = subprocess.run(["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True)
     assert status.stdout == ""  # the bug is committed: `git diff` shows the agent nothing
-    run = await run_tests(task, root)
-    assert run.outcomes == {"test_pkg.py::test_add": "failed", "test_pkg.py::test_zero": "passed"}
-    broken = grade(task, run.outcomes)
-    assert broken.resolved is False and broken.counts() == {"fail_to_pass": "0/1", "pass_to_pass": "1/1"}
-    apply_patch(root, task.patch)
-    fixed = grade(task, (await run_tests(task, root)).outcomes)
+    async with await open_env(root, tmp_path) as env:
+        run = await run_tests(task, env)
+        assert run.outcomes == {"test_pkg.py::test_add": "failed", "test_pkg.py::test_zero": "passed"}
+        broken = grade(task, run.outcomes)
+        assert broken.resolved is False and broken.counts() == {"fail_to_pass": "0/1", "pass_to_pass": "1/1"}
+        assert (await env.apply(task.patch)).exit_code == 0
+        fixed = grade(task, (await run_tests(task, env)).outcomes)
     assert fixed.resolved is True and fixed.fail_to_pass == {"test_pkg.py::test_add": "passed"}
     assert TaskGrade.from_json(fixed.to_json()) == fixed and fixed.outcome()["reward"] == 1.0
     again = materialize(task, tmp_path / "ws2")  # deterministic starting commit
@@ -156,7 +162,8 @@ async def test_dir_task_builds_fails_then_passes_with_the_gold_patch(tmp_path):
 async def test_missing_tests_and_bad_patches(tmp_path):
     task = _dir_task(tmp_path)
     root = materialize(task, tmp_path / "ws")
-    run = await run_tests(task, root, ["test_pkg.py::test_nope"])
+    async with await open_env(root, tmp_path) as env:
+        run = await run_tests(task, env, ["test_pkg.py::test_nope"])
     assert run.outcomes == {"test_pkg.py::test_nope": MISSING}
     with pytest.raises(TaskError, match="test_patch does not apply"):
         apply_patch(root, task.patch.replace("a - b", "a * b"), "test_patch")
@@ -222,7 +229,8 @@ async def test_inline_source_writes_its_files_and_grades(tmp_path):
     assert (root / "pkg" / "__init__.py").read_text() == "def add(a, b):\n    return a - b\n"
     status = subprocess.run(["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True)
     assert status.stdout == ""
-    assert grade(task, (await run_tests(task, root)).outcomes).resolved is False
+    async with await open_env(root, tmp_path) as env:
+        assert grade(task, (await run_tests(task, env)).outcomes).resolved is False
     again = materialize(task, tmp_path / "ws2")  # the same starting commit every time
     heads = [subprocess.run(["git", "-C", str(r), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
              for r in (root, again)]
