@@ -176,7 +176,7 @@ def test_the_budget_reaches_the_loop_and_policies_parse(tiny, tmp_path):
     loop = loop_config(suite, 7)
     assert (loop.max_steps, loop.max_tokens_per_step, loop.max_turn_tokens, loop.temperature, loop.seed) == (4, 64, 256, 0.0, 7)
     assert parse_policy("http://127.0.0.1:8000/v1/", model_name="m").session() == \
-        {"endpoint": "http://127.0.0.1:8000/v1", "model": "m", "api_key": None}
+        {"endpoint": "http://127.0.0.1:8000/v1", "model": "m", "api_key": None, "tokenizer": None}
     assert parse_policy("composer-mini").session() == {"model": None, "quantize": "int4"}
     (tmp_path / "ckpt").mkdir()
     with pytest.raises(ValueError, match=r"needs a config\.json"):
@@ -185,6 +185,13 @@ def test_the_budget_reaches_the_loop_and_policies_parse(tiny, tmp_path):
     assert parse_policy(str(tmp_path / "ckpt")).model == str((tmp_path / "ckpt").resolve())
     with pytest.raises(ValueError, match="not composer-mini"):
         parse_policy("gpt-5")
+    with pytest.raises(ValueError, match=r"no tokenizer\.json"):
+        parse_policy("http://127.0.0.1:8000/v1", tokenizer=str(tmp_path / "ckpt"))
+    with pytest.raises(ValueError, match="for endpoints"):
+        parse_policy("composer-mini", tokenizer=str(tmp_path / "ckpt"))
+    (tmp_path / "ckpt" / "tokenizer.json").write_text("{}")
+    with_ids = parse_policy("http://127.0.0.1:8000/v1", tokenizer=str(tmp_path / "ckpt"))
+    assert with_ids.session()["tokenizer"] == str((tmp_path / "ckpt").resolve())
 
 
 def test_attempts_start_spread_over_the_suite_and_skip_recorded_ones():

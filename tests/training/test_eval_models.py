@@ -1,7 +1,8 @@
 """The benchmark with the real composer-mini (slow): `python -m training.eval` runs a held-out
 bug-fix task end to end in-process (the two-task-run test of the issue, with one task); the run's
 own conversation through model.serve as a URL gives the same prompt and completion token ids and
-tool calls at temperature 0; and the same suite runs through the URL to a scored report.
+tool calls at temperature 0; and the same suite runs through the URL (token-in, with the model's
+tokenizer) to a scored report whose first prompt is the in-process run's.
 
 The budget is cut to two short steps so the test stays minutes long on a shared CPU. Every
 environment is a new directory and the system prompt names the workspace by its absolute path, so
@@ -109,10 +110,6 @@ async def same_call_both_ways(engine, record: dict) -> tuple:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "measured 2026-12-02: on the same prompt ids and engine, model.serve's chat path decodes other tokens "
-    "than EnginePolicy at temperature 0 (completion [504, 1517, 314, ...] in-process, [504, 1517, 2179, ...] "
-    "served): the two build their sampling or tool-call constraint differently; remove this mark with the fix"))
 def test_composer_mini_in_process_and_through_model_serve_run_the_same(composer_mini_dir, tmp_path):
     manifest = write_suite(tmp_path)
     common = ["--suite", str(manifest), "--parallel", "1", "--no-progress"]
@@ -136,7 +133,8 @@ def test_composer_mini_in_process_and_through_model_serve_run_the_same(composer_
     # a whole run through the URL: the same prompts but for the environment's own path
     url, stop = serve_in_thread(engine)
     try:
-        assert eval_main([*common, "--policy", url, "--out", str(tmp_path / "served")]) == 0
+        assert eval_main([*common, "--policy", url, "--tokenizer", str(composer_mini_dir),
+                          "--out", str(tmp_path / "served")]) == 0
     finally:
         stop()
     served_record = the_record(tmp_path / "served")

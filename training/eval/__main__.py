@@ -8,7 +8,8 @@
 
 `--policy` is composer-mini (the in-process engine), a checkpoint directory (Hugging Face
 layout, in-process) or the base URL of any OpenAI-compatible server (model.serve, vLLM, a hosted
-API; its key from the environment variable `--api-key-env` names). Each suite runs in
+API; its key from the environment variable `--api-key-env` names; `--tokenizer DIR`: its model's
+tokenizer, for token-in requests and token-exact logs). Each suite runs in
 `OUT/SUITE/` (default OUT: $COMPOSER_EVAL_DIR, else ~/.local/share/composer/eval/POLICY): the same
 command again continues a run that was stopped (every recorded attempt is kept, the others run).
 Tasks run in the sandbox (bubblewrap); below it the run refuses unless --allow-unsandboxed.
@@ -60,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--suite", action="append", help="a suite name or manifest path (repeatable; default: the full-run suites)")
     p.add_argument("--policy", help="composer-mini, a checkpoint directory, or an OpenAI-compatible base URL")
     p.add_argument("--model-name", help="the model to ask an endpoint for (default: its only one)")
+    p.add_argument("--tokenizer", help="an endpoint's tokenizer (a checkpoint directory): token-in requests and "
+                   "token-exact logs (default: composer-mini's when --model-name is composer-mini)")
     p.add_argument("--api-key-env", default="COMPOSER_API_KEY", help="environment variable holding an endpoint's key (as composer-lsp reads)")
     p.add_argument("--quantize", choices=["int4", "none"], default="int4", help="in-process weights (default int4)")
     p.add_argument("--parallel", type=int, default=2, help="attempts at once (default 2)")
@@ -160,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--policy is required to run suites (or use --report / --compare)")
         if args.parallel < 1:
             parser.error(f"--parallel must be at least 1, got {args.parallel}")
-        policy = parse_policy(args.policy, model_name=args.model_name, quantize=args.quantize)
+        policy = parse_policy(args.policy, model_name=args.model_name, quantize=args.quantize,
+                              tokenizer=args.tokenizer)
         return asyncio.run(run(args, policy, argv))
     except (ValueError, OSError, UnsandboxedError) as err:  # SuiteError, TaskError, a bad --policy
         # are ValueErrors; UnsandboxedError: no bubblewrap, no --allow-unsandboxed (nothing ran)

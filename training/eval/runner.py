@@ -69,11 +69,14 @@ class PolicySpec:
     """The checkpoint directory (engine; None is composer-mini) or the model name (endpoint)."""
     endpoint: str | None = None
     quantize: str = "int4"
+    tokenizer: str | None = None
+    """An endpoint's tokenizer (a checkpoint directory): prompts then go as token ids and the logs
+    are token-exact (default: the model's own, when `model` is composer-mini or a directory)."""
 
     def session(self, api_key: str | None = None) -> dict[str, Any]:
         """agent.session.SessionConfig fields for a task's session."""
         if self.kind == "endpoint":
-            return {"endpoint": self.endpoint, "model": self.model, "api_key": api_key}
+            return {"endpoint": self.endpoint, "model": self.model, "api_key": api_key, "tokenizer": self.tokenizer}
         return {"model": self.model, "quantize": self.quantize}
 
     def to_json(self) -> dict[str, Any]:
@@ -88,13 +91,20 @@ class PolicySpec:
         return re.sub(r"[^A-Za-z0-9._-]+", "_", text.removeprefix("http://").removeprefix("https://")).strip("_")
 
 
-def parse_policy(text: str, *, model_name: str | None = None, quantize: str = "int4") -> PolicySpec:
+def parse_policy(text: str, *, model_name: str | None = None, quantize: str = "int4",
+                 tokenizer: str | None = None) -> PolicySpec:
     """`composer-mini`, a checkpoint directory (with config.json) or an http(s) URL of an
-    OpenAI-compatible server (`model_name`: the model to ask it for); ValueError otherwise."""
+    OpenAI-compatible server (`model_name`: the model to ask it for; `tokenizer`: its tokenizer's
+    directory); ValueError otherwise."""
+    if tokenizer is not None and not re.match(r"https?://", text):
+        raise ValueError(f"--tokenizer is for endpoints; --policy {text} brings its own")
     if text == "composer-mini":
         return PolicySpec(text, "engine", None, quantize=quantize)
     if re.match(r"https?://", text):
-        return PolicySpec(text, "endpoint", model_name, endpoint=text.rstrip("/"))
+        if tokenizer is not None and not (Path(tokenizer).expanduser() / "tokenizer.json").is_file():
+            raise ValueError(f"--tokenizer {tokenizer}: no tokenizer.json there")
+        return PolicySpec(text, "endpoint", model_name, endpoint=text.rstrip("/"),
+                          tokenizer=str(Path(tokenizer).expanduser().resolve()) if tokenizer else None)
     path = Path(text).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
