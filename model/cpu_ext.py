@@ -3,7 +3,8 @@
 (fused_decode.cpp), one module.
 
 It compiles on first use (about a minute with g++ and ninja; longer on a busy machine) into
-`$COMPOSER_HOME/torch_extensions/<torch, Python and ISA>/` and loads from there afterwards. The
+`$COMPOSER_HOME/torch_extensions/<torch, Python, ISA and a hash of the sources>/` and loads from
+there afterwards (checkouts with other sources build their own). The
 ISA flags follow this CPU (/proc/cpuinfo): AVX-512 where it has AVX512F/BW/VL/DQ, else AVX2 with
 FMA, else none; oneDNN picks AMX or AVX512-BF16 inside brgemm at run time. When it cannot build
 (no compiler, an error) `load_extension` raises ExtensionUnavailable with the reason, and the
@@ -15,6 +16,7 @@ engine runs without it (model/kernels.py).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import sys
@@ -57,10 +59,14 @@ def isa() -> tuple[str, list[str]]:
 
 
 def build_directory() -> Path:
-    """Per torch, Python and ISA: an extension built for another must not load."""
+    """Per torch, Python, ISA and sources: an extension built for another must not load."""
     from model.home import composer_home
 
-    tag = f"torch-{torch.__version__}-py{sys.version_info.major}{sys.version_info.minor}-{isa()[0]}".replace("+", "_")
+    digest = hashlib.sha256()
+    for source in sorted(CSRC.iterdir()):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    tag = (f"torch-{torch.__version__}-py{sys.version_info.major}{sys.version_info.minor}-{isa()[0]}"
+           f"-{digest.hexdigest()[:12]}").replace("+", "_")
     return composer_home() / "torch_extensions" / tag / "composer_cpu"
 
 

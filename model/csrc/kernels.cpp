@@ -19,6 +19,8 @@
 #include <ATen/cpu/vec/vec.h>
 #include <ATen/native/CPUBlas.h>
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -53,6 +55,39 @@ Vec load(const at::BFloat16* p, int64_t count = Vec::size()) {
   float tmp[Vec::size()] = {};
   for (int64_t i = 0; i < count; ++i) tmp[i] = static_cast<float>(p[i]);
   return Vec::loadu(tmp);
+}
+
+float hmax(const Vec& v) {
+  return at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return at::vec::maximum(a, b); }, v);
+}
+
+// out[i] = the lane sum of a[i], i < 4, by a fixed tree: the four reductions share their shuffles
+// (~13 instructions for four sums against ~9 for one hsum).
+void hsum4(const Vec* a, float* out) {
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+#if defined(CPU_CAPABILITY_AVX512)
+  using R = __m512;
+#else
+  using R = __m256;
+#endif
+  const R a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+  // Per 128-bit block: [x0 + x2, y0 + y2, x1 + x3, y1 + y3] of two inputs, then of all four.
+  R p01, p23, q;
+#if defined(CPU_CAPABILITY_AVX512)
+  p01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+  p23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+  q = _mm512_add_ps(_mm512_shuffle_ps(p01, p23, 0x44), _mm512_shuffle_ps(p01, p23, 0xEE));
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(q), _mm512_extractf32x8_ps(q, 1));
+#else
+  p01 = _mm256_add_ps(_mm256_unpacklo_ps(a0, a1), _mm256_unpackhi_ps(a0, a1));
+  p23 = _mm256_add_ps(_mm256_unpacklo_ps(a2, a3), _mm256_unpackhi_ps(a2, a3));
+  q = _mm256_add_ps(_mm256_shuffle_ps(p01, p23, 0x44), _mm256_shuffle_ps(p01, p23, 0xEE));
+  const __m256 h = q;
+#endif
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+#else
+  for (int i = 0; i < 4; ++i) out[i] = at::vec::vec_reduce_all<float>([](Vec& x, Vec& y) { return x + y; }, a[i]);
+#endif
 }
 
 float hsum(const Vec& v) {
@@ -181,20 +216,93 @@ struct Geometry {
   float scale;
 };
 
+// The largest of x[0, n) (a max is exact: any order gives the same value), in vector lanes (a
+// scalar running max keeps a loop-carried dependency through memory: ~40% of decoding's attention).
+float max_of(const float* x, int64_t n) {
+  Vec m(kNegInf);
+  int64_t j = 0;
+  for (; j + Vec::size() <= n; j += Vec::size()) m = at::vec::maximum(m, Vec::loadu(x + j));
+  float out = hmax(m);
+  for (; j < n; ++j) out = std::max(out, x[j]);
+  return out;
+}
+
+// Decoding, scores of the G heads of one key/value head against keys [s0, s1), scaled, as
+// scores[h * n + j]. C > 0: Dh is C vectors, each key row is loaded once for all G heads and four
+// heads' dot products are reduced together (hsum4); C == 0: any Dh, dot() per head.
+template <typename KT, int C>
+void split_scores(const float* q, const KT* k, const Geometry& g, int64_t s0, int64_t n, float* scores) {
+  constexpr int64_t W = Vec::size();
+  for (int64_t j = 0; j < n; ++j) {
+    const KT* kj = k + (s0 + j) * g.Dh;
+    if constexpr (C == 0) {
+      for (int64_t h = 0; h < g.G; ++h) scores[h * n + j] = dot(q + h * g.Dh, kj, g.Dh) * g.scale;
+    } else {
+      Vec kv[C];
+      for (int c = 0; c < C; ++c) kv[c] = load(kj + c * W);
+      for (int64_t h0 = 0; h0 < g.G; h0 += 4) {  // four heads share one reduction
+        const int64_t heads = std::min<int64_t>(4, g.G - h0);
+        Vec acc[4] = {Vec(0.0f), Vec(0.0f), Vec(0.0f), Vec(0.0f)};
+        for (int64_t i = 0; i < heads; ++i) {
+          const float* qh = q + (h0 + i) * g.Dh;
+          for (int c = 0; c < C; ++c) acc[i] = at::vec::fmadd(Vec::loadu(qh + c * W), kv[c], acc[i]);
+        }
+        float sums[4];
+        hsum4(acc, sums);
+        for (int64_t i = 0; i < heads; ++i) scores[(h0 + i) * n + j] = sums[i] * g.scale;
+      }
+    }
+  }
+}
+
+// For heads [h0, h0 + GH): acc_h[0, Dh) = sum_j p_h[j] v[s0 + j] in position order, p_h =
+// p + h * n, acc_h = out + h * stride. Each value row is loaded once for the GH heads, whose sums
+// stay in registers (GH * C vectors).
+template <typename KT, int C, int GH>
+void split_values(const float* p, const KT* v, int64_t Dh, int64_t s0, int64_t n, int64_t h0, float* out,
+                  int64_t stride) {
+  constexpr int64_t W = Vec::size();
+  Vec sum[GH][C];
+  for (int h = 0; h < GH; ++h)
+    for (int c = 0; c < C; ++c) sum[h][c] = Vec(0.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    const KT* vj = v + (s0 + j) * Dh;
+    Vec vv[C];
+    for (int c = 0; c < C; ++c) vv[c] = load(vj + c * W);
+    for (int h = 0; h < GH; ++h) {
+      const Vec pj(p[(h0 + h) * n + j]);
+      for (int c = 0; c < C; ++c) sum[h][c] = at::vec::fmadd(pj, vv[c], sum[h][c]);
+    }
+  }
+  for (int h = 0; h < GH; ++h)
+    for (int c = 0; c < C; ++c) sum[h][c].store(out + (h0 + h) * stride + c * W);
+}
+
+// The same for any Dh, one head at a time, the sums in memory.
+template <typename KT>
+void split_values_any(const float* p, const KT* v, int64_t Dh, int64_t s0, int64_t n, float* acc) {
+  constexpr int64_t W = Vec::size();
+  std::fill(acc, acc + Dh, 0.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    const KT* vj = v + (s0 + j) * Dh;
+    const Vec pj(p[j]);
+    for (int64_t d = 0; d < Dh; d += W) {
+      const int64_t c = std::min<int64_t>(W, Dh - d);
+      at::vec::fmadd(pj, load(vj + d, c), Vec::loadu(acc + d, c)).store(acc + d, c);
+    }
+  }
+}
+
 // Decoding: one query token, one key/value head, positions [s0, s1): the G heads' softmax over
 // the split (exact max first), written as (max, sum, G x Dh weighted values) per head.
-template <typename KT>
+template <typename KT, int C>
 void decode_split(const float* q, const KT* k, const KT* v, const Geometry& g, int64_t s0, int64_t s1, float* part) {
   const int64_t n = s1 - s0, G = g.G, Dh = g.Dh;
   std::vector<float> scores(G * n);
-  for (int64_t j = 0; j < n; ++j) {
-    const KT* kj = k + (s0 + j) * Dh;
-    for (int64_t h = 0; h < G; ++h) scores[h * n + j] = dot(q + h * Dh, kj, Dh) * g.scale;
-  }
+  split_scores<KT, C>(q, k, g, s0, n, scores.data());
   for (int64_t h = 0; h < G; ++h) {
     float* s = scores.data() + h * n;
-    float m = kNegInf;
-    for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
+    const float m = max_of(s, n);
     Vec sum(0.0f);
     int64_t j = 0;
     for (; j + Vec::size() <= n; j += Vec::size()) {
@@ -210,16 +318,33 @@ void decode_split(const float* q, const KT* k, const KT* v, const Geometry& g, i
     float* o = part + h * (Dh + 2);
     o[0] = m;
     o[1] = hsum(sum);
-    float* acc = o + 2;
-    std::fill(acc, acc + Dh, 0.0f);
-    for (int64_t jj = 0; jj < n; ++jj) {
-      const KT* vj = v + (s0 + jj) * Dh;
-      const Vec p(s[jj]);
-      for (int64_t d = 0; d < Dh; d += Vec::size()) {
-        const int64_t c = std::min<int64_t>(Vec::size(), Dh - d);
-        at::vec::fmadd(p, load(vj + d, c), Vec::loadu(acc + d, c)).store(acc + d, c);
+    if constexpr (C == 0) split_values_any(s, v, Dh, s0, n, o + 2);
+  }
+  if constexpr (C > 0) {  // all heads' weighted values, in groups of up to 16 / C (at most 4) heads
+    constexpr int64_t kMaxGroup = C >= 16 ? 1 : C >= 8 ? 2 : 4;
+    for (int64_t h = 0; h < G; h += kMaxGroup) {
+      const float* p = scores.data();
+      float* o = part + 2;
+      switch (std::min(kMaxGroup, G - h)) {
+        case 4: split_values<KT, C, (C >= 8 ? 1 : 4)>(p, v, Dh, s0, n, h, o, Dh + 2); break;
+        case 3: split_values<KT, C, (C >= 8 ? 1 : 3)>(p, v, Dh, s0, n, h, o, Dh + 2); break;
+        case 2: split_values<KT, C, (C >= 16 ? 1 : 2)>(p, v, Dh, s0, n, h, o, Dh + 2); break;
+        default: split_values<KT, C, 1>(p, v, Dh, s0, n, h, o, Dh + 2);
       }
     }
+  }
+}
+
+// decode_split for this Dh: a register-resident variant where Dh is 2, 4, 8 or 16 vectors.
+template <typename KT>
+auto decode_split_for(int64_t Dh) {
+  const int64_t C = Dh % Vec::size() == 0 ? Dh / Vec::size() : 0;
+  switch (C) {
+    case 2: return &decode_split<KT, 2>;
+    case 4: return &decode_split<KT, 4>;
+    case 8: return &decode_split<KT, 8>;
+    case 16: return &decode_split<KT, 16>;
+    default: return &decode_split<KT, 0>;
   }
 }
 
@@ -230,13 +355,14 @@ void attention_vector(const float* q, const KT* ck, const KT* cv, const int64_t*
   int64_t max_splits = 0;
   for (int64_t n = 0; n < N; ++n) max_splits = std::max(max_splits, pos[n] / kSplit + 1);
   std::vector<float> parts(N * K * max_splits * part_size);
+  const auto split = decode_split_for<KT>(Dh);
   at::parallel_for(0, N * K * max_splits, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t n = t / (K * max_splits), kh = (t / max_splits) % K, s = t % max_splits;
       const int64_t s0 = s * kSplit, s1 = std::min(pos[n] + 1, s0 + kSplit);
       if (s0 >= s1) continue;
       const int64_t base = (rows[n] * K + kh) * g.max_len * Dh;
-      decode_split(q + (n * g.H + kh * G) * Dh, ck + base, cv + base, g, s0, s1, parts.data() + t * part_size);
+      split(q + (n * g.H + kh * G) * Dh, ck + base, cv + base, g, s0, s1, parts.data() + t * part_size);
     }
   });
   // Merge each head's splits in order: o = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
@@ -347,10 +473,6 @@ struct Tiles {
     else return x.exp();
   }
 };
-
-float hmax(const Vec& v) {
-  return at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return at::vec::maximum(a, b); }, v);
-}
 
 // One row of one tile: the online softmax update. `cols` of its kTile scores are valid (the
 // rest are after the row's position); writes the weights (CT) and returns the rescale factor.
