@@ -410,8 +410,9 @@ class Engine:
                 self._after_step(pending)
                 swap.aborted += 1
             swap.update.apply()
-            # The runner's dense prefill copies and the fused step's references follow the new weights.
-            self.runner = Runner(self.model, self.cache, self.kernels)
+            # The dense prompt copies of the layers written, and the fused step's references,
+            # follow the new weights.
+            self.runner.refresh(destination for destination, _ in swap.update.copies)
             if self.fused is not None:
                 self.fused = FusedDecode.build(self.model, self.cache, self.kernels)
             self.cache.reset(swap.version)

@@ -123,9 +123,17 @@ class Int4RoleLinear(RoleLinear):
         self.layer, self.kernels = layer, kernels
         self.in_features, self.out_features = layer.in_features, layer.out_features
         self.dense: torch.Tensor | None = None
-        if kernels.ext is not None:
-            weight = layer.dequantize(torch.float32)
-            self.dense = kernels.ext.pack_vnni(weight) if kernels.bf16_matrix else weight.to(torch.bfloat16)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """(Re)builds the dense prompt copy from the int4 weights (after they were written)."""
+        if self.kernels.ext is not None:
+            weight = self.layer.dequantize(torch.float32)
+            self.dense = self.kernels.ext.pack_vnni(weight) if self.kernels.bf16_matrix else weight.to(torch.bfloat16)
+
+    def reads(self, storages: set[int]) -> bool:
+        """Whether its int4 weights live in one of these storages (by data pointer)."""
+        return any(t.untyped_storage().data_ptr() in storages for t in (self.layer.packed, self.layer.scales_and_zeros))
 
     def __call__(self, x_NI: torch.Tensor, role: str) -> torch.Tensor:
         if role == DECODE or self.dense is None:

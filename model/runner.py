@@ -18,13 +18,14 @@ E experts, k experts per token, M = N * k routed rows, F expert hidden width.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.kernels import Kernels, RoleLinear
+from model.kernels import Int4RoleLinear, Kernels, RoleLinear
 from model.kv import KVCache
 from model.layers import apply_rotary
 from model.moe import route
@@ -74,6 +75,18 @@ class Runner:
                 (layer.attn.q_norm, layer.attn.k_norm) if config.qk_norm else None,
             ))
         self.head = kernels.linear(model.lm_head)
+
+    def refresh(self, written: Iterable[torch.Tensor]) -> int:
+        """After a weight update wrote the tensors `written` in place: rebuilds the dense prompt
+        copies of the int4 layers that read them (every other role linear reads the live tensors).
+        A LoRA-shaped update touches a few layers, so this is far cheaper than a new Runner.
+        Returns how many it rebuilt."""
+        storages = {t.untyped_storage().data_ptr() for t in written}
+        linears = [self.head, *(x for layer in self.layers for x in (layer.qkv, layer.o_proj, *layer.w13, *layer.w2))]
+        stale = [x for x in linears if isinstance(x, Int4RoleLinear) and x.reads(storages)]
+        for linear in stale:
+            linear.refresh()
+        return len(stale)
 
     def forward(self, ids_N: torch.Tensor, rows_N: torch.Tensor, pos_N: torch.Tensor, role: str,
                 logits_at: list[int] | None = None) -> RunnerOutput:

@@ -183,8 +183,14 @@ def test_int4_partial_update_requantizes_only_the_rows_it_names():
         experts[1, F:].copy_(update["model.layers.1.block_sparse_moe.experts.1.w3.weight"])
         expected.lm_head.weight.copy_(update["lm_head.weight"])
     engine.load_weights(update)
-    assert_same_tensors(engine.model.state_dict(), quantized(expected).state_dict())
+    want = quantized(expected)
+    assert_same_tensors(engine.model.state_dict(), want.state_dict())
+    # the prompt path's dense copies of the layers written follow too: prefill and decode as fresh
+    fresh = engine_for(want)
+    [ours], [theirs] = engine.generate([PROMPT], GREEDY), fresh.generate([PROMPT], GREEDY)
+    assert ours.token_ids == theirs.token_ids and ours.logprobs == theirs.logprobs
     engine.close()
+    fresh.close()
 
 
 # ---- requests in flight ---------------------------------------------------------------------------
