@@ -320,7 +320,9 @@ void decode_split(const float* q, const KT* k, const KT* v, const Geometry& g, i
     o[1] = hsum(sum);
     if constexpr (C == 0) split_values_any(s, v, Dh, s0, n, o + 2);
   }
-  if constexpr (C > 0) {  // all heads' weighted values, in groups of up to 16 / C (at most 4) heads
+  if constexpr (C > 0) {
+    // All heads' weighted values, in groups of up to 16 / C (at most 4) heads: at most 16 vector
+    // registers of sums. Cases above kMaxGroup never run (they compile as one-head groups).
     constexpr int64_t kMaxGroup = C >= 16 ? 1 : C >= 8 ? 2 : 4;
     for (int64_t h = 0; h < G; h += kMaxGroup) {
       const float* p = scores.data();

@@ -66,9 +66,10 @@ def test_role_linears_pick_the_kernel_per_role(kernels):
 def reference_attention(q, cache_k, cache_v, rows, pos):
     out = torch.empty(q.shape, dtype=torch.float64)
     for n in range(len(q)):
-        keys = cache_k[rows[n], :, : pos[n] + 1].double().repeat_interleave(H // K, 0)
-        values = cache_v[rows[n], :, : pos[n] + 1].double().repeat_interleave(H // K, 0)
-        scores = (q[n].double().unsqueeze(1) @ keys.transpose(1, 2)).squeeze(1) / DH**0.5
+        group, dh = q.shape[1] // cache_k.shape[1], q.shape[2]
+        keys = cache_k[rows[n], :, : pos[n] + 1].double().repeat_interleave(group, 0)
+        values = cache_v[rows[n], :, : pos[n] + 1].double().repeat_interleave(group, 0)
+        scores = (q[n].double().unsqueeze(1) @ keys.transpose(1, 2)).squeeze(1) / dh**0.5
         out[n] = (scores.softmax(-1).unsqueeze(1) @ values).squeeze(1)
     return out
 
@@ -79,11 +80,18 @@ def run(kernels, q, cache_k, cache_v, rows, pos, mode):
     return out
 
 
+# (query heads, key/value heads, head width): decoding has a register path where the width is 2,
+# 4, 8 or 16 vectors (8 or 16 lanes), groups of up to four heads, and a path for any other width.
+GEOMETRIES = [(6, 2, 16), (6, 2, 64), (12, 2, 32), (5, 1, 24)]
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: "h{}-kv{}-d{}".format(*g))
 @pytest.mark.parametrize("kv", [torch.float32, torch.bfloat16], ids=["kv-fp32", "kv-bf16"])
 @pytest.mark.parametrize("mode", [VECTOR, MATRIX_F32, MATRIX_BF16], ids=["vector", "matrix-fp32", "matrix-bf16"])
-def test_attention_matches_fp64_and_is_invariant_to_chunks_and_batches(kernels, mode, kv):
+def test_attention_matches_fp64_and_is_invariant_to_chunks_and_batches(kernels, mode, kv, geometry):
     if mode == MATRIX_BF16 and not kernels.bf16_matrix:
         pytest.skip("no bf16 matrix unit on this CPU")
+    H, K, DH = geometry
     gen = torch.Generator().manual_seed(1)
     cache_k = torch.randn(3, K, MAX_LEN, DH, generator=gen).to(kv)
     cache_v = torch.randn(3, K, MAX_LEN, DH, generator=gen).to(kv)
