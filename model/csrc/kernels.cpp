@@ -61,6 +61,10 @@ float hmax(const Vec& v) {
   return at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return at::vec::maximum(a, b); }, v);
 }
 
+float hsum(const Vec& v) {
+  return at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return a + b; }, v);
+}
+
 // out[i] = the lane sum of a[i], i < 4, by a fixed tree: the four reductions share their shuffles
 // (~13 instructions for four sums against ~9 for one hsum).
 void hsum4(const Vec* a, float* out) {
@@ -86,12 +90,8 @@ void hsum4(const Vec* a, float* out) {
 #endif
   _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
 #else
-  for (int i = 0; i < 4; ++i) out[i] = at::vec::vec_reduce_all<float>([](Vec& x, Vec& y) { return x + y; }, a[i]);
+  for (int i = 0; i < 4; ++i) out[i] = hsum(a[i]);
 #endif
-}
-
-float hsum(const Vec& v) {
-  return at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return a + b; }, v);
 }
 
 // Dot product of n floats with n values of b: lanes in index order, then a fixed lane tree.
