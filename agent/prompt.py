@@ -50,8 +50,11 @@ SEMANTIC = "- Use codebase_search to find code by what it does when you do not k
 REPO_MAP = "# Repository map: the most referenced definitions, by file\n{map}"
 
 
-def system_prompt(root: Path, extra: str = "", *, repo_map: str = "", semantic_search: bool = False) -> str:
-    base = BASE.format(root=root)
+def system_prompt(root: Path, extra: str = "", *, repo_map: str = "", semantic_search: bool = False,
+                  display_root: str | None = None) -> str:
+    """The prompt for the workspace at `root` (its rules files are read there), which it names
+    `display_root` when given (agent/workspace.py Workspace.display_root)."""
+    base = BASE.format(root=display_root or root)
     if semantic_search:
         base = base.replace("\n- Change files", f"\n{SEMANTIC}\n- Change files", 1)
     parts = [base]

@@ -181,7 +181,8 @@ class Session:
         repo_map = ""
         if config.repo_map_tokens > 0:
             repo_map = await asyncio.to_thread(workspace_repo_map, workspace, budget_tokens=config.repo_map_tokens)
-        system = system_prompt(root, repo_map=repo_map, semantic_search="codebase_search" in tools)
+        system = system_prompt(root, repo_map=repo_map, semantic_search="codebase_search" in tools,
+                               display_root=workspace.display_root)
         header = {k: v for k, v in (("client", config.client), ("task_id", config.task_id)) if v}
         if log is None:
             await asyncio.to_thread(_settle_previous, root, workspace, config.log_dir)

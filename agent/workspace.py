@@ -225,13 +225,20 @@ def _ignored(rules: list[tuple[str, pathspec.GitIgnoreSpec]], rel: str, is_dir: 
 
 class Workspace:
     def __init__(self, root: str | os.PathLike[str], *, max_file_bytes: int = 2_000_000,
-                 edit_sink: EditSink | None = None) -> None:
+                 edit_sink: EditSink | None = None, alias: str | None = None) -> None:
+        """`alias`: an absolute path that names the root to the model (`display_root`, what the
+        system prompt says) and that tools accept as the root. Task environments use one fixed
+        alias, so every environment's prompt is the same tokens (prefix caching, shared prefixes
+        in training) and runs are reproducible whatever directory the environment got."""
         given = Path(os.path.abspath(root))
         self.root = given.resolve()
         if not self.root.is_dir():
             raise ValueError(f"workspace root {str(given)!r} is not a directory")
+        if alias is not None and not os.path.isabs(alias):
+            raise ValueError(f"workspace alias {alias!r} is not an absolute path")
         self._root_str = str(self.root)
-        self._aliases = sorted({self._root_str, str(given)}, key=len, reverse=True)
+        self.display_root = os.path.normpath(alias) if alias else str(given)
+        self._aliases = sorted({self._root_str, str(given), self.display_root}, key=len, reverse=True)
         self.max_file_bytes = max_file_bytes
         self.edit_sink = edit_sink
         self._buffers: dict[str, _Buffer] = {}
@@ -263,7 +270,7 @@ class Workspace:
                     break
             if rel is None:
                 raise OutsideWorkspaceError(
-                    f"{text!r} is outside the workspace {self._root_str}; use a path relative to "
+                    f"{text!r} is outside the workspace {self.display_root}; use a path relative to "
                     f"the workspace root (like 'src/main.py') or an absolute path inside it"
                 )
         else:
@@ -271,7 +278,7 @@ class Workspace:
         if rel == ".." or rel.startswith(".." + os.sep):
             raise OutsideWorkspaceError(
                 f"{text!r} escapes the workspace via '..'; paths must stay inside "
-                f"{self._root_str} (use a path relative to it, like 'src/main.py')"
+                f"{self.display_root} (use a path relative to it, like 'src/main.py')"
             )
         rel = rel.replace(os.sep, "/")
         if rel != ".":

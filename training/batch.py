@@ -167,21 +167,44 @@ def _shareable(a: Sample, b: Sample) -> int:
 
 
 def plan_rows(batch: PreparedBatch, budget: int) -> list[Row]:
-    """Consecutive samples of one kind join a row while its length stays within `budget`
-    (0: every sample alone); the row's prefix is what all its members share."""
-    rows: list[Row] = []
-    for i, s in enumerate(batch.samples):
-        if rows and budget:
-            row = rows[-1]
-            head = batch.samples[row.members[0]]
-            prefix = min(row.prefix if len(row.members) > 1 else len(head.tokens), _shareable(head, s))
-            grown = Row(prefix, [*row.members, i])
-            if (head.routing is None) == (s.routing is None) and head.temperature == s.temperature \
-                    and grown.length(batch) <= budget:
-                rows[-1] = grown
-                continue
-        rows.append(Row(0, [i]))
-    return rows
+    """Rows of the fewest total positions, each within `budget` (0: every sample alone).
+
+    Samples are sorted by kind and tokens, so samples with a common prompt sit together (a
+    group, and the tasks of one repository in a warm start's batch), and a row is a run of
+    sorted samples whose prefix is the least shareable length between neighbours. Which runs
+    to cut is a small dynamic programme: greedily joining a sample that shares only a few
+    tokens would shorten everyone's prefix and cost more than it saves."""
+    samples = batch.samples
+    order = sorted(range(len(samples)), key=lambda i: (samples[i].routing is None, samples[i].temperature,
+                                                       samples[i].tokens))
+    n = len(order)
+    alone = [len(samples[i].tokens) - 1 for i in order]
+    shared = [0] * n  # shared[k]: what order[k] may share with order[k - 1] (0: another kind)
+    for k in range(1, n):
+        a, b = samples[order[k - 1]], samples[order[k]]
+        same_kind = (a.routing is None) == (b.routing is None) and a.temperature == b.temperature
+        shared[k] = _shareable(a, b) if budget and same_kind else 0
+    cost, cut = [0] + [math.inf] * n, [0] * (n + 1)  # cost[j]: fewest positions for order[:j]
+    for j in range(1, n + 1):
+        total, prefix = 0, math.inf
+        for i in range(j - 1, -1, -1):  # the last row is order[i:j]
+            total += alone[i]
+            if i < j - 1:
+                prefix = min(prefix, shared[i + 1])
+                if not prefix:
+                    break
+            length = total - (j - i - 1) * prefix if i < j - 1 else total
+            if i < j - 1 and length > budget:
+                break
+            if cost[i] + length < cost[j]:
+                cost[j], cut[j] = cost[i] + length, i
+    rows, j = [], n
+    while j:
+        i = cut[j]
+        prefix = min(shared[i + 1:j]) if j - i > 1 else 0
+        rows.append(Row(prefix, [order[k] for k in range(i, j)]))
+        j = i
+    return rows[::-1]
 
 
 def attention_mask(segments_BS: torch.Tensor) -> torch.Tensor:

@@ -121,7 +121,7 @@ async def gold_demonstrations(tasks: Sequence[Task], tokenizer, run_dir: Path, *
     """Acts out every task's gold patch in the harness (logs under `run_dir`/sessions) and
     returns the resolved ones' Samples; ValueError when none resolved."""
     run_dir = Path(run_dir)
-    config = RunConfig(log_dir=run_dir / "sessions", session={"repo_map_tokens": 0},
+    config = RunConfig(log_dir=run_dir / "sessions",
                        state_dir=str(run_dir / "envs" / "state"), base_dir=str(run_dir / "envs" / "bases"))
     policies = {t.instance_id: ScriptPolicy(tokenizer, gold_turns(t), context_window=context_window) for t in tasks}
     gate = asyncio.Semaphore(parallel)

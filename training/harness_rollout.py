@@ -133,7 +133,7 @@ class HarnessSource:
         loop = LoopConfig(max_steps=r.max_turns, max_tokens_per_step=r.max_tokens, temperature=r.temperature,
                           top_p=r.top_p)
         envs = Path(run_dir) / "envs"
-        self.run_config = RunConfig(log_dir=self.log_dir, session={"loop": loop, "repo_map_tokens": 0},
+        self.run_config = RunConfig(log_dir=self.log_dir, session={"loop": loop},
                                     timeout_s=r.attempt_timeout_s, state_dir=str(envs / "state"),
                                     base_dir=str(envs / "bases"))
 

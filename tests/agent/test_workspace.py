@@ -62,6 +62,21 @@ def test_relative_and_absolute_inside(ws: Workspace, root: Path) -> None:
     assert ws.resolve("") == ws.root
 
 
+def test_an_alias_names_the_root_and_resolves_to_it(root: Path) -> None:
+    (root / "a.py").write_text("x = 1\n")
+    ws = Workspace(root, alias="/workspace/")
+    assert ws.display_root == "/workspace"
+    assert ws.resolve("/workspace/a.py") == root.resolve() / "a.py" == ws.resolve(str(root / "a.py"))
+    assert ws.read_text("/workspace/a.py") == "x = 1\n"
+    with pytest.raises(OutsideWorkspaceError, match="outside the workspace /workspace;"):
+        ws.resolve("/workspace/../etc/passwd")
+    with pytest.raises(OutsideWorkspaceError, match="outside the workspace /workspace;"):
+        ws.resolve("/workspaces/a.py")
+    with pytest.raises(ValueError, match="not an absolute path"):
+        Workspace(root, alias="workspace")
+    assert Workspace(root).display_root == str(root)
+
+
 def test_dotdot_escape_is_refused(ws: Workspace) -> None:
     with pytest.raises(OutsideWorkspaceError, match=r"'\.\./etc/passwd' escapes the workspace via '\.\.'"):
         ws.resolve("../etc/passwd")

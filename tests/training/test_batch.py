@@ -43,24 +43,37 @@ def test_rows_share_the_prompt_once_and_map_every_target_back():
     prompt = [5, 6, 7, 8, 9]
     a, b, c = sample([*prompt, 1, 2, 3], 5), sample([*prompt, 4, 4], 5), sample([5, 6, 1, 2], 2)
     batch = prepare([Group(0, 0, [a, b]), Group(1, 0, [c])], LossConfig(), BufferConfig(drop_zero_advantage=False), 20)
+    # The prefix stops before the position that predicts the first completion token (index 4).
+    # c shares only [5, 6] with the others and its own loss starts at index 2, so joining it would
+    # cut the row's prefix to 1 position: it costs more than it saves, and c goes alone.
     rows = plan_rows(batch, budget=100)
-    # The prefix stops before the position that predicts the first completion token (index 4);
-    # c shares only [5, 6] with the others and its own loss starts at index 2: prefix 1.
-    assert [(r.prefix, r.members) for r in rows] == [(1, [0, 1, 2])]
-    assert [(r.prefix, r.members) for r in plan_rows(batch, budget=12)] == [(4, [0, 1]), (0, [2])]
+    assert [(r.prefix, r.members) for r in rows] == [(0, [2]), (4, [0, 1])]
+    assert [(r.prefix, r.members) for r in plan_rows(batch, budget=8)] == [(0, [2]), (0, [0]), (0, [1])]
     [mb] = micro_batches(batch, 100)
-    assert mb.shared and mb.num_tokens == 1 + 6 + 5 + 2
-    for b in range(mb.input_ids_BS.shape[0]):
+    assert mb.shared and mb.num_tokens == 3 + (4 + 3 + 2)
+    for b, row in enumerate(rows):  # micro_batches orders rows by length, as these already are
         for p in range(mb.positions_BP.shape[1]):
             if not mb.valid_BP[b, p]:
                 continue
             pos = int(mb.positions_BP[b, p])
             seg = int(mb.segments_BS[b, pos])
-            s = batch.samples[seg - 1] if seg > 0 else None
+            s = batch.samples[row.members[seg - 1]]
             t = int(mb.position_ids_BS[b, pos]) + 1  # the target's index in its sample
             assert s.tokens[t] == int(mb.targets_BP[b, p]) and s.tokens[t - 1] == int(mb.input_ids_BS[b, pos])
             assert mb.behaviour_BP[b, p].item() == pytest.approx(-0.1 * t)
     assert int(mb.valid_BP.sum()) == batch.policy_tokens == 3 + 2 + 2
+
+
+def test_rows_gather_samples_of_one_prompt_wherever_they_sit_in_the_batch():
+    """A warm start's batch interleaves tasks of several repositories: sorting brings each
+    prompt's samples together, and a sample that shares little stays alone."""
+    p, q = [1, 2, 3, 4, 5, 6], [1, 2, 9, 9, 9, 9]
+    samples = [sample([*p, 7], 6), sample([*q, 7], 6), sample([*p, 8], 6), sample([*q, 8], 6), sample([3, 7], 1)]
+    batch = prepare([Group(i, 0, [s]) for i, s in enumerate(samples)], LossConfig(),
+                    BufferConfig(drop_zero_advantage=False), 20)
+    rows = plan_rows(batch, budget=100)
+    assert sorted((r.prefix, sorted(r.members)) for r in rows) == [(0, [4]), (5, [0, 2]), (5, [1, 3])]
+    assert sum(r.length(batch) for r in rows) == 1 + 2 * (5 + 1 + 1)
 
 
 def test_attention_mask_sees_the_prefix_and_its_own_segment_only():

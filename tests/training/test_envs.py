@@ -42,6 +42,7 @@ from training.envs import (
     SchedulerClosedError,
     grade,
 )
+from training.envs.env import WORKSPACE_ALIAS
 from training.envs.fs import mounts_under, probe_levels
 from training.envs.registry import leftovers
 
@@ -350,6 +351,23 @@ async def test_default_tools_work_on_an_environment(base, dirs):
         diff = env.diff()
         assert "+VALUE = 2" in diff and "b/notes.md" in diff
         assert (await env.grade(["python3 -m pytest -q -p no:cacheprovider tests"])).passed
+
+
+async def test_every_environment_shows_the_model_the_same_prompt(base, dirs, tmp_path):
+    """The workspace is named by one alias, so two environments' prompts are the same tokens
+    (the engine's prefix cache and the trainer's shared prefixes depend on it)."""
+    prompts = []
+    for _ in range(2):
+        async with await Environment.create(base, state_dir=dirs["state_dir"]) as env:
+            session = await env.open_session(ScriptedPolicy([]), log_dir=tmp_path / "logs")
+            system = session.agent.messages[0]["content"]
+            prompts.append(system)
+            assert str(env.root) not in system
+            read = await session.agent.tools.call("read_file", {"path": f"{WORKSPACE_ALIAS}/pkg/__init__.py"},
+                                                  session.agent.ctx)
+            assert read.ok and "VALUE = 1" in read.output, read.error
+            session.close()
+    assert prompts[0] == prompts[1] and f"repository at {WORKSPACE_ALIAS}." in prompts[0]
 
 
 async def test_session_rollout_on_an_environment(base, dirs, tmp_path):

@@ -19,7 +19,8 @@ grading applies the environment's diff to a FRESH view of the base and runs the 
                     max_file_bytes=GIB, disk_bytes=2 * GIB, cpus=0.5)
     async with await Environment.create(base, limits=limits) as env:
         env.root, env.isolation       # Path of the merged view; "overlay+bwrap" here
-        env.workspace                 # agent.workspace.Workspace rooted at env.root
+        env.workspace                 # agent.workspace.Workspace rooted at env.root, named
+                                      # /workspace to the model (the same prompt in every env)
         env.tool_context()            # ToolContext for default_tools() (run_terminal gets limits)
         env.session_config(**kw)      # SessionConfig(workspace=env.root, auto_allow=True, ...)
         session = await env.open_session(policy)   # Session.create on it, limits applied

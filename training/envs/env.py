@@ -54,6 +54,10 @@ if TYPE_CHECKING:
 
 APPLY_TIMEOUT_S = 120
 GRADE_OUTPUT_BYTES = 32 * 1024**2
+WORKSPACE_ALIAS = "/workspace"
+"""How an environment's workspace is named to the model (the system prompt; tools accept it):
+one path for every environment, so prompts do not differ by the directory an environment got.
+Terminal commands still run at the real path (their output shows it)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -297,7 +301,7 @@ class Environment:
     @property
     def workspace(self) -> Workspace:
         if self._workspace is None:
-            self._workspace = Workspace(self.root)
+            self._workspace = Workspace(self.root, alias=WORKSPACE_ALIAS)
         return self._workspace
 
     def sandbox_settings(self) -> dict[str, Any]:
