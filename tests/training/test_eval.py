@@ -19,7 +19,7 @@ from scripted_policy import calls
 
 from agent.policy import Reply
 from training.eval.__main__ import main as eval_main
-from training.eval.report import build_report, compare, load_report, paired, write_report
+from training.eval.report import build_report, compare, load_report, paired, rate_ci, write_report
 from training.eval.runner import RunDir, loop_config, parse_policy, run_suite, todo
 from training.eval.suite import load_suite
 from training.tasks import DEFAULT_TEST_CMD, Task
@@ -211,6 +211,13 @@ def fake_report(resolved: dict[str, float], spec: str) -> dict:
                for i, v in resolved.items()]
     meta = {"suite": "s", "instances": list(resolved), "budget": {"seeds": [0]}, "policy": {"spec": spec}}
     return build_report(meta, records)
+
+
+def test_a_success_rate_interval_is_wilsons_and_never_a_point():
+    assert rate_ci([0.0] * 120) == [0.0, 0.031]  # 0 of 120 still allows up to 3.1%
+    assert rate_ci([1.0] * 10 + [0.0] * 10) == [0.2993, 0.7007]
+    assert rate_ci([1.0] * 5) == [0.5655, 1.0]
+    assert rate_ci([]) is None
 
 
 def test_compare_shows_per_task_changes_and_a_paired_interval(tmp_path, capsys):

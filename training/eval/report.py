@@ -9,7 +9,7 @@ report.json (format "composer-eval-report/1"):
     suite {name, path, budget, perfect, trivial}, policy {spec, kind, model, endpoint, quantize},
     command, machine, created, finished, complete (every attempt recorded)
     summary   tasks, attempts, scored, masked; resolved (mean over tasks of each task's mean over
-              its scored attempts), resolved_ci95 (bootstrap over tasks), resolved_count,
+              its scored attempts), resolved_ci95 (Wilson over tasks), resolved_count,
               reward; turns, tool_calls, completion_tokens, prompt_tokens, wall_s (means per
               scored attempt); parallel_share (parallel calls / all calls), tokens_per_s
               (completion tokens / model seconds); unsupported_claims (total),
@@ -26,6 +26,7 @@ Tests: .venv/bin/python -m pytest tests/training/test_eval.py
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import statistics
@@ -58,6 +59,19 @@ def bootstrap_ci(values: list[float], seed: int = 0) -> list[float] | None:
     rng = random.Random(seed)
     means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(BOOTSTRAP))
     return [round(means[int(0.025 * BOOTSTRAP)], 4), round(means[int(0.975 * BOOTSTRAP) - 1], 4)]
+
+
+def rate_ci(values: list[float]) -> list[float] | None:
+    """A 95% Wilson score interval of a success rate over tasks (a task's value is its success
+    over seeds). Unlike a percentile bootstrap it does not collapse to a point at 0% or 100%:
+    0 of 120 gives [0, 0.031]."""
+    if not values:
+        return None
+    n, z = len(values), 1.959964
+    p = statistics.fmean(values)
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
 
 
 def per_task(records: list[dict[str, Any]], order: list[str]) -> list[dict[str, Any]]:
@@ -97,7 +111,7 @@ def summarize(records: list[dict[str, Any]], tasks: list[dict[str, Any]]) -> dic
     adh = [r["adherence"]["score"] for r in scored if r.get("adherence")]
     return {
         "tasks": len(tasks), "attempts": len(records), "scored": len(scored), "masked": len(records) - len(scored),
-        "resolved": _mean(resolved), "resolved_ci95": bootstrap_ci(resolved),
+        "resolved": _mean(resolved), "resolved_ci95": rate_ci(resolved),
         "resolved_count": sum(1 for r in scored if r["resolved"]),
         "reward": _mean([r["reward"]["reward"] for r in scored]),
         **{key: _mean([_eff(r)[key] for r in scored])
