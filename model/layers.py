@@ -7,6 +7,8 @@ Legend: B batch rows, S positions, D model width, H query heads, K key/value hea
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -59,6 +61,51 @@ def apply_rotary(x_BSHDh: torch.Tensor, cos_BSDh: torch.Tensor, sin_BSDh: torch.
     return x_BSHDh * cos_BSDh.unsqueeze(2) + rotated * sin_BSDh.unsqueeze(2)
 
 
+@dataclass(frozen=True)
+class PackedRows:
+    """Training rows that each hold one shared prefix, then samples that continue it (training/
+    batch.py): a sample's positions see the prefix and their own segment, causally. Per row,
+    `prefix` positions, then each segment's [start, end); positions after the last are padding."""
+
+    prefix: tuple[int, ...]
+    segments: tuple[tuple[tuple[int, int], ...], ...]
+
+    @classmethod
+    def from_segments(cls, segments_BS: torch.Tensor) -> PackedRows:
+        """From a (B, S) map of 0 (prefix), i >= 1 (the row's i-th sample) and -1 (padding)."""
+        prefix, segments = [], []
+        for row in segments_BS.tolist():
+            prefix.append(sum(1 for s in row if s == 0))
+            spans: dict[int, list[int]] = {}
+            for p, s in enumerate(row):
+                if s > 0:
+                    spans.setdefault(s, [p, p])[1] = p + 1
+            segments.append(tuple(tuple(spans[s]) for s in sorted(spans)))
+        return cls(tuple(prefix), tuple(segments))
+
+    def attend(self, q_BHSD: torch.Tensor, k_BKSD: torch.Tensor, v_BKSD: torch.Tensor) -> torch.Tensor:
+        """Attention of every row as laid out: the prefix causally, then each segment over the
+        prefix's keys and its own (a mask of segment x (prefix + segment) positions, never the
+        row's S x S); padding gets zeros. Computes only the pairs some position may see."""
+        rows = []
+        for b, (n0, spans) in enumerate(zip(self.prefix, self.segments, strict=True)):
+            q, k, v = q_BHSD[b:b + 1], k_BKSD[b:b + 1], v_BKSD[b:b + 1]
+            parts = [F.scaled_dot_product_attention(q[:, :, :n0], k[:, :, :n0], v[:, :, :n0], is_causal=True,
+                                                    enable_gqa=True)] if n0 else []
+            for start, end in spans:
+                n = end - start
+                keys, values = (torch.cat([t[:, :, :n0], t[:, :, start:end]], dim=2) for t in (k, v))
+                own = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+                mask = torch.cat([torch.ones(n, n0, dtype=torch.bool, device=q.device), own], dim=1)
+                parts.append(F.scaled_dot_product_attention(q[:, :, start:end], keys, values, attn_mask=mask,
+                                                            enable_gqa=True))
+            used = spans[-1][1] if spans else n0
+            if used < q.shape[2]:
+                parts.append(q.new_zeros(1, q.shape[1], q.shape[2] - used, q.shape[3]))
+            rows.append(torch.cat(parts, dim=2))
+        return torch.cat(rows, dim=0)
+
+
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -75,10 +122,9 @@ class Attention(nn.Module):
         self,
         x_BSD: torch.Tensor,
         rope: tuple[torch.Tensor, torch.Tensor],
-        attn_mask_B1SS: torch.Tensor | None = None,
+        packed: PackedRows | None = None,
     ) -> torch.Tensor:
-        """Causal attention over x, or, given `attn_mask_B1SS` (bool, True = visible), exactly
-        that mask (packed rows whose samples share a prefix)."""
+        """Causal attention over x, or, given `packed`, over rows whose samples share a prefix."""
         B, S, _ = x_BSD.shape
         H, K, Dh = self.num_heads, self.num_kv_heads, self.head_dim
         qk, v = self.qkv(x_BSD).split([(H + K) * Dh, K * Dh], dim=-1)
@@ -89,9 +135,9 @@ class Attention(nn.Module):
         # Queries and keys rotate together: one set of ops for both.
         q, k = apply_rotary(qk, *rope).split([H, K], dim=2)
         v = v.view(B, S, K, Dh)
-        q_BHSDh = q.transpose(1, 2)
-        out = F.scaled_dot_product_attention(
-            q_BHSDh, k.transpose(1, 2), v.transpose(1, 2), attn_mask=attn_mask_B1SS,
-            is_causal=attn_mask_B1SS is None, enable_gqa=True,
-        )
+        q_BHSDh, k_BKSDh, v_BKSDh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if packed is None:
+            out = F.scaled_dot_product_attention(q_BHSDh, k_BKSDh, v_BKSDh, is_causal=True, enable_gqa=True)
+        else:
+            out = packed.attend(q_BHSDh, k_BKSDh, v_BKSDh)
         return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))

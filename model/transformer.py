@@ -25,7 +25,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from model.config import ModelConfig
-from model.layers import Attention, RMSNorm, Rotary
+from model.layers import Attention, PackedRows, RMSNorm, Rotary
 from model.moe import MoE, check_given_experts
 
 
@@ -47,9 +47,9 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.moe = MoE(config)
 
-    def forward(self, x_BSD, rope, given_experts_BSk=None, attn_mask_B1SS=None):
+    def forward(self, x_BSD, rope, given_experts_BSk=None, packed=None):
         """Returns (x_BSD, experts_BSk, router_logits_BSE or None)."""
-        x_BSD = x_BSD + self.attn(self.attn_norm(x_BSD), rope, attn_mask_B1SS)
+        x_BSD = x_BSD + self.attn(self.attn_norm(x_BSD), rope, packed)
         B, S, D = x_BSD.shape
         given_Nk = None if given_experts_BSk is None else given_experts_BSk.reshape(B * S, -1)
         y_ND, experts_Nk, logits_NE = self.moe(self.ffn_norm(x_BSD).view(B * S, D), given_Nk)
@@ -99,7 +99,7 @@ class Transformer(nn.Module):
         given_experts_BSLk: torch.Tensor | None = None,
         return_router_logits: bool = False,
         gradient_checkpointing: bool = False,
-        attention_mask_B1SS: torch.Tensor | None = None,
+        packed: PackedRows | None = None,
     ) -> ForwardOutput:
         """The full forward over `input_ids_BS` at `positions_BS` (default 0..S-1; packed training
         rows restart them per sample). The engine decodes incrementally with model/runner.py.
@@ -109,9 +109,8 @@ class Transformer(nn.Module):
         Training: `given_experts_BSLk` (B, S, L, k) integer experts per position and layer
         replace the router's choice (-1 on a whole (position, layer): the router's own);
         `return_router_logits` fills `router_logits_BSLE`; `gradient_checkpointing` recomputes
-        each block in the backward pass; `attention_mask_B1SS` (bool, True = visible)
-        replaces the causal mask, for rows that pack several samples behind one shared prefix
-        (training/batch.py's `attention_mask`)."""
+        each block in the backward pass; `packed` lays rows out as several samples behind one
+        shared prefix (model/layers.py PackedRows, built by training/batch.py)."""
         B, S = input_ids_BS.shape
         if positions_BS is None:
             positions_BS = torch.arange(S, device=input_ids_BS.device).expand(B, S)
@@ -127,10 +126,10 @@ class Transformer(nn.Module):
             given = None if given_experts_BSLk is None else given_experts_BSLk[:, :, i]
             if gradient_checkpointing and torch.is_grad_enabled():
                 x_BSD, experts_BSk, logits_BSE = checkpoint(
-                    layer, x_BSD, rope, given, attention_mask_B1SS, use_reentrant=False
+                    layer, x_BSD, rope, given, packed, use_reentrant=False
                 )
             else:
-                x_BSD, experts_BSk, logits_BSE = layer(x_BSD, rope, given, attention_mask_B1SS)
+                x_BSD, experts_BSk, logits_BSE = layer(x_BSD, rope, given, packed)
             routing.append(experts_BSk)
             router_logits.append(logits_BSE)
         if logits_at is not None:

@@ -71,7 +71,7 @@ class MicroBatch:
     temperature: float
     routing_BSLk: torch.Tensor | None = None
     shared: bool = False
-    """Some row holds more than one sample (the forward needs `attention_mask`)."""
+    """Some row holds more than one sample (the forward lays it out: model/layers.py PackedRows)."""
 
     @property
     def num_tokens(self) -> int:
@@ -205,17 +205,6 @@ def plan_rows(batch: PreparedBatch, budget: int) -> list[Row]:
         rows.append(Row(prefix, [order[k] for k in range(i, j)]))
         j = i
     return rows[::-1]
-
-
-def attention_mask(segments_BS: torch.Tensor) -> torch.Tensor:
-    """(B, 1, S, S) bool: a position sees earlier positions of its own segment and of the shared
-    prefix (segment 0), and itself (padding, segment -1, sees only itself: no NaN rows)."""
-    q, k = segments_BS.unsqueeze(2), segments_BS.unsqueeze(1)
-    S = segments_BS.shape[1]
-    idx = torch.arange(S, device=segments_BS.device)
-    causal = idx.view(1, S, 1) >= idx.view(1, 1, S)
-    visible = causal & (q >= 0) & (k >= 0) & ((k == 0) | (k == q))
-    return (visible | torch.eye(S, dtype=torch.bool, device=segments_BS.device)).unsqueeze(1)
 
 
 def _build(batch: PreparedBatch, rows: list[Row]) -> MicroBatch:

@@ -25,8 +25,9 @@ import torch
 import torch.distributed as dist
 
 from model.config import ModelConfig
+from model.layers import PackedRows
 from model.transformer import Transformer
-from training.batch import MicroBatch, PreparedBatch, attention_mask, micro_batches, prepare, shard
+from training.batch import MicroBatch, PreparedBatch, micro_batches, prepare, shard
 from training.buffer import Group
 from training.config import RLConfig, TrainModelConfig
 from training.lora import adapters_disabled, add_lora
@@ -150,10 +151,10 @@ class Trainer:
                     if self.config.model.autocast_bf16 else nullcontext())
         with autocast:
             routing = None if mb.routing_BSLk is None else mb.routing_BSLk.to(device)
-            mask = attention_mask(mb.segments_BS.to(device)) if mb.shared else None
+            packed = PackedRows.from_segments(mb.segments_BS) if mb.shared else None
             out = model(mb.input_ids_BS.to(device), positions_BS=mb.position_ids_BS.to(device),
                         logits_at=mb.positions_BP.to(device), given_experts_BSLk=routing,
-                        gradient_checkpointing=self.config.model.gradient_checkpointing, attention_mask_B1SS=mask)
+                        gradient_checkpointing=self.config.model.gradient_checkpointing, packed=packed)
         return selected_logprobs(out.logits, mb.targets_BP.to(device), mb.temperature)
 
     def _clip(self) -> float:

@@ -7,8 +7,10 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
-from training.batch import attention_mask, micro_batches, plan_rows, prepare
+from model.layers import PackedRows
+from training.batch import micro_batches, plan_rows, prepare
 from training.buffer import Group, Sample
 from training.config import BufferConfig, LossConfig
 
@@ -76,13 +78,37 @@ def test_rows_gather_samples_of_one_prompt_wherever_they_sit_in_the_batch():
     assert sum(r.length(batch) for r in rows) == 1 + 2 * (5 + 1 + 1)
 
 
-def test_attention_mask_sees_the_prefix_and_its_own_segment_only():
-    seg = torch.tensor([[0, 0, 1, 1, 2, 2, -1]])
-    m = attention_mask(seg)[0, 0]
-    assert m[3].tolist() == [True, True, True, True, False, False, False]
-    assert m[4].tolist() == [True, True, False, False, True, False, False]
-    assert m[6].tolist() == [False] * 6 + [True]  # padding sees itself: no empty softmax rows
-    assert not m[1, 2]  # the prefix never sees a branch
+def dense_mask(segments_BS: torch.Tensor) -> torch.Tensor:
+    """The reference layout, (B, 1, S, S) bool: a position sees earlier positions of its own
+    segment and of the shared prefix (segment 0); padding sees only itself."""
+    q, k = segments_BS.unsqueeze(2), segments_BS.unsqueeze(1)
+    S = segments_BS.shape[1]
+    idx = torch.arange(S)
+    visible = (idx.view(1, S, 1) >= idx.view(1, 1, S)) & (q >= 0) & (k >= 0) & ((k == 0) | (k == q))
+    return (visible | torch.eye(S, dtype=torch.bool)).unsqueeze(1)
+
+
+def test_packed_attention_equals_the_dense_mask_with_gradients():
+    """Rows of a prefix and segments (and a row of one sample, and padding): PackedRows computes
+    only the pairs a position may see; outputs and gradients equal SDPA under the full mask."""
+    seg = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 3, -1], [1, 1, 1, 1, 1, 1, -1, -1, -1, -1]])
+    packed = PackedRows.from_segments(seg)
+    assert packed.prefix == (3, 0) and packed.segments == (((3, 5), (5, 8), (8, 9)), ((0, 6),))
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 10, 8, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 2, 10, 8, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, 2, 10, 8, dtype=torch.float64, requires_grad=True)
+    real = (seg >= 0).view(2, 1, 10, 1)
+    weights = torch.randn(2, 4, 10, 8, dtype=torch.float64)
+    outs, grads = [], []
+    for attend in (packed.attend, lambda *t: F.scaled_dot_product_attention(*t, attn_mask=dense_mask(seg), enable_gqa=True)):
+        out = attend(q, k, v) * real
+        (g,) = [torch.autograd.grad((out * weights).sum(), (q, k, v))]
+        outs.append(out)
+        grads.append(g)
+    assert torch.allclose(outs[0], outs[1], atol=1e-12)
+    for a, b in zip(*grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-12)
 
 
 def test_different_routes_end_the_shared_prefix():
