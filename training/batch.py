@@ -10,8 +10,9 @@ agent's tokens.
 
 Prefix sharing: the samples of a group (and often of a whole batch: one system prompt) begin
 with the same prompt. A row holds that shared prefix once, then each sample's remaining tokens
-as its own segment, positions continuing from the prefix; `attention_mask` lets a token see
-the prefix and its own segment, causally. The forward computes the prompt once for the group,
+as its own segment, positions continuing from the prefix; a token sees the prefix and its own
+segment, causally (model/layers.py PackedRows attends segment by segment, computing no pair
+across segments). The forward computes the prompt once for the group,
 and every member's gradient still flows into it, so logprobs and gradients equal those of
 separate rows (tests/training/test_batch.py) for a fraction of the tokens. The prefix stops
 before the first position whose next token carries loss in any member (that position belongs
