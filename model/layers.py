@@ -69,6 +69,8 @@ class PackedRows:
 
     prefix: tuple[int, ...]
     segments: tuple[tuple[tuple[int, int], ...], ...]
+    CHUNK = 512
+    """Queries per attention call within a segment (the masked waste per query is CHUNK / 2)."""
 
     @classmethod
     def from_segments(cls, segments_BS: torch.Tensor) -> PackedRows:
@@ -85,20 +87,27 @@ class PackedRows:
 
     def attend(self, q_BHSD: torch.Tensor, k_BKSD: torch.Tensor, v_BKSD: torch.Tensor) -> torch.Tensor:
         """Attention of every row as laid out: the prefix causally, then each segment over the
-        prefix's keys and its own (a mask of segment x (prefix + segment) positions, never the
-        row's S x S); padding gets zeros. Computes only the pairs some position may see."""
+        prefix's keys and its own, `CHUNK` queries at a time (a chunk sees the prefix and its
+        segment up to the chunk's end; only the chunk's own diagonal block is masked, so the
+        work is the pairs some position may see, plus CHUNK / 2 per query); padding gets zeros.
+        Never a row's S x S mask."""
         rows = []
         for b, (n0, spans) in enumerate(zip(self.prefix, self.segments, strict=True)):
             q, k, v = q_BHSD[b:b + 1], k_BKSD[b:b + 1], v_BKSD[b:b + 1]
             parts = [F.scaled_dot_product_attention(q[:, :, :n0], k[:, :, :n0], v[:, :, :n0], is_causal=True,
                                                     enable_gqa=True)] if n0 else []
             for start, end in spans:
-                n = end - start
-                keys, values = (torch.cat([t[:, :, :n0], t[:, :, start:end]], dim=2) for t in (k, v))
-                own = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
-                mask = torch.cat([torch.ones(n, n0, dtype=torch.bool, device=q.device), own], dim=1)
-                parts.append(F.scaled_dot_product_attention(q[:, :, start:end], keys, values, attn_mask=mask,
-                                                            enable_gqa=True))
+                if not n0:
+                    parts.append(F.scaled_dot_product_attention(q[:, :, start:end], k[:, :, start:end],
+                                                                v[:, :, start:end], is_causal=True, enable_gqa=True))
+                    continue
+                for lo in range(start, end, self.CHUNK):
+                    hi, n = min(lo + self.CHUNK, end), min(self.CHUNK, end - lo)
+                    keys, values = (torch.cat([t[:, :, :n0], t[:, :, start:hi]], dim=2) for t in (k, v))
+                    mask = torch.ones(n, n0 + hi - start, dtype=torch.bool, device=q.device)
+                    mask[:, -n:] = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+                    parts.append(F.scaled_dot_product_attention(q[:, :, lo:hi], keys, values, attn_mask=mask,
+                                                                enable_gqa=True))
             used = spans[-1][1] if spans else n0
             if used < q.shape[2]:
                 parts.append(q.new_zeros(1, q.shape[1], q.shape[2] - used, q.shape[3]))

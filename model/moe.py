@@ -38,15 +38,17 @@ def grouped_mm_reference(x_MI: torch.Tensor, w_EOI: torch.Tensor, offsets_E: tor
     [offsets[e-1], offsets[e]) of x (rows sorted by expert; offsets are cumulative ends).
 
     One linear per non-empty group, on views of the stacked weights: no weight is copied, so a
-    single decoded token reads only the k experts it was routed to.
+    single decoded token reads only the k experts it was routed to. Under autograd the pieces
+    come from one `split` of x and one `unbind` of w and the outputs are concatenated: indexing
+    or slice writes would each cost a zero-filled gradient of the whole tensor in the backward
+    pass (a stacked-weight gradient per expert: most of a training step's time).
     """
-    out = x_MI.new_empty(x_MI.shape[0], w_EOI.shape[1])
-    start = 0
-    for e, end in enumerate(offsets_E.tolist()):
-        if end > start:
-            out[start:end] = F.linear(x_MI[start:end], w_EOI[e])
-        start = end
-    return out
+    ends = offsets_E.tolist()
+    sizes = [end - start for start, end in zip([0, *ends[:-1]], ends, strict=True)]
+    parts = [F.linear(x, w) for x, w, n in zip(x_MI.split(sizes), w_EOI.unbind(0), sizes, strict=True) if n]
+    if not parts:
+        return x_MI.new_empty(x_MI.shape[0], w_EOI.shape[1])
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def select_grouped_mm(expert_matmul: str) -> GroupedMM:

@@ -174,7 +174,9 @@ def plan_rows(batch: PreparedBatch, budget: int) -> list[Row]:
     group, and the tasks of one repository in a warm start's batch), and a row is a run of
     sorted samples whose prefix is the least shareable length between neighbours. Which runs
     to cut is a small dynamic programme: greedily joining a sample that shares only a few
-    tokens would shorten everyone's prefix and cost more than it saves."""
+    tokens would shorten everyone's prefix and cost more than it saves. A row's members each
+    add at most as many positions as the prefix they share: a longer segment attends faster
+    as a causal row of its own than chunk by chunk behind a short prefix (measured on CPU)."""
     samples = batch.samples
     order = sorted(range(len(samples)), key=lambda i: (samples[i].routing is None, samples[i].temperature,
                                                        samples[i].tokens))
@@ -187,12 +189,13 @@ def plan_rows(batch: PreparedBatch, budget: int) -> list[Row]:
         shared[k] = _shareable(a, b) if budget and same_kind else 0
     cost, cut = [0] + [math.inf] * n, [0] * (n + 1)  # cost[j]: fewest positions for order[:j]
     for j in range(1, n + 1):
-        total, prefix = 0, math.inf
+        total, prefix, longest = 0, math.inf, 0
         for i in range(j - 1, -1, -1):  # the last row is order[i:j]
             total += alone[i]
+            longest = max(longest, alone[i])
             if i < j - 1:
                 prefix = min(prefix, shared[i + 1])
-                if not prefix:
+                if not prefix or longest - prefix > prefix:
                     break
             length = total - (j - i - 1) * prefix if i < j - 1 else total
             if i < j - 1 and length > budget:

@@ -88,9 +88,12 @@ def dense_mask(segments_BS: torch.Tensor) -> torch.Tensor:
     return (visible | torch.eye(S, dtype=torch.bool)).unsqueeze(1)
 
 
-def test_packed_attention_equals_the_dense_mask_with_gradients():
+@pytest.mark.parametrize("chunk", [512, 2])
+def test_packed_attention_equals_the_dense_mask_with_gradients(chunk, monkeypatch):
     """Rows of a prefix and segments (and a row of one sample, and padding): PackedRows computes
-    only the pairs a position may see; outputs and gradients equal SDPA under the full mask."""
+    only the pairs a position may see, whole or a few queries at a time; outputs and gradients
+    equal SDPA under the full mask."""
+    monkeypatch.setattr(PackedRows, "CHUNK", chunk)
     seg = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 3, -1], [1, 1, 1, 1, 1, 1, -1, -1, -1, -1]])
     packed = PackedRows.from_segments(seg)
     assert packed.prefix == (3, 0) and packed.segments == (((3, 5), (5, 8), (8, 9)), ((0, 6),))
@@ -114,11 +117,11 @@ def test_packed_attention_equals_the_dense_mask_with_gradients():
 def test_different_routes_end_the_shared_prefix():
     r1 = np.zeros((6, 2, 2), dtype=np.uint8)
     r2 = r1.copy()
-    r2[2, 1, 0] = 3
+    r2[3, 1, 0] = 3
     prompt = [5, 6, 7, 8, 9]
     batch = prepare([Group(0, 0, [sample([*prompt, 1], 5, routing=r1), sample([*prompt, 2], 5, 0.0, routing=r2)])],
                     LossConfig(), BufferConfig(), 20)
-    assert plan_rows(batch, budget=100)[0].prefix == 2
+    assert plan_rows(batch, budget=100)[0].prefix == 3
 
 
 def _target_logprobs(trainer, mbs, batch) -> dict[tuple[int, int], torch.Tensor]:
