@@ -6,8 +6,9 @@ torch 2.13.0 CPU build), never imported by the project.
 SPEC (written by bench/trainer.py) names the checkpoint, the batch (prompt and completion token
 ids per sample, advantages), LoRA settings and the repeats. Measured, on `GRPOTrainer` with
 loss_type "dapo" (token-level normalisation), beta 0, clip 0.2/0.28, one generation per step:
-  update  `training_step` (forward, backward) + `optimizer.step` on the spec's batch, as the
-          trainer's own inputs dict: seconds per update (median of the repeats after one warm-up)
+  update  `compute_loss` + backward (`training_step`'s body after `_prepare_inputs`, which would
+          generate) + `optimizer.step` on the spec's batch, as the trainer's own inputs dict:
+          seconds per update (median of the repeats after one warm-up)
   e2e     `trainer.train()` on the spec's prompts for `e2e_steps` steps (generation with
           transformers' `generate` at the spec's length, reward, update): seconds per step after
           the first
@@ -36,6 +37,7 @@ def _trainer(spec: dict, prompts: list[str], steps: int):
         beta=0.0, loss_type="dapo", scale_rewards="none", epsilon=0.2, epsilon_high=0.28,
         learning_rate=spec["lr"], max_steps=steps, logging_steps=1, report_to="none", use_cpu=True,
         save_strategy="no", gradient_accumulation_steps=1, steps_per_generation=1, seed=0,
+        gradient_checkpointing=False,  # TRL's default recomputes activations; ours does not here
         model_init_kwargs={"dtype": "float32"},
     )
     lora = LoraConfig(r=spec["lora_rank"], lora_alpha=spec["lora_alpha"], lora_dropout=0.0,
@@ -75,10 +77,12 @@ def update_phase(spec: dict) -> dict:
     }
     model = trainer.model
     model.train()
+    trainer.current_gradient_accumulation_steps = 1  # what train() sets before its first step
     seconds = []
     for _ in range(spec["repeats"] + 1):
         started = time.perf_counter()
-        trainer.training_step(model, inputs, inputs["num_items_in_batch"])
+        # training_step's own body after _prepare_inputs (which would generate a new batch)
+        trainer.compute_loss(model, inputs, num_items_in_batch=inputs["num_items_in_batch"]).backward()
         trainer.optimizer.step()
         trainer.optimizer.zero_grad(set_to_none=True)
         seconds.append(time.perf_counter() - started)

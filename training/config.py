@@ -203,16 +203,19 @@ def smoke() -> RLConfig:
 def cpu() -> RLConfig:
     """The learning run on this machine (2 cores): a warm start on 32 train tasks' gold patches
     acted out in the harness, then LoRA RL on the bug-fix family's train split with the harness's
-    own system prompt, int4 rollouts corrected by TIS and replayed routing."""
+    own system prompt, int4 rollouts corrected by TIS and replayed routing. Matmuls in bf16 (AMX):
+    one 5.4k-token demonstration's forward and backward takes 63 s instead of 87 s in fp32 on a
+    2-vCPU Xeon; the rollouts are int4, so the trainer's logprobs differ from the sampler's
+    either way and truncated importance sampling corrects both."""
     return replace_in(
         RLConfig(),
-        model={"lora_rank": 16, "lora_alpha": 32.0, "gradient_checkpointing": True},
+        model={"lora_rank": 16, "lora_alpha": 32.0, "gradient_checkpointing": True, "autocast_bf16": True},
         optim={"lr": 5e-5, "warmup_steps": 2},
         rollout={"group_size": 4, "tasks_per_step": 4, "max_turns": 5, "max_tokens": 256,
                  "engine_quantize": "int4", "workers": 2},
         buffer={"max_offpolicy_steps": 1},
         train={"steps": 40, "warm_start": "gold", "warm_start_steps": 8, "warm_start_tasks": 32,
-               "micro_batch_tokens": 4096},
+               "micro_batch_tokens": 12288},  # a group's prompt once, its four samples behind it
         checkpoint={"dir": "runs/cpu", "every": 5},
     )
 
