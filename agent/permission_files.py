@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.permissions import Action, PermissionPolicy, Rule, default_editor_policy, parse_action
-from agent.workspace import atomic_write
+from agent.textfile import atomic_write
 
 log = logging.getLogger("composer.permissions")
 WORKSPACE_FILES = (".composer/permissions.json", ".composer/permissions.toml")

@@ -29,8 +29,6 @@ import asyncio
 import contextlib
 import difflib
 import os
-import re
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,27 +43,27 @@ from agent.exceptions import (
     OutsideWorkspaceError,
     WorkspaceError,
 )
+from agent.textfile import (
+    SNIFF_BYTES,
+    TextFormat,
+    atomic_write,
+    decode_bytes,
+    is_binary,
+    newline_style,
+    restore_newlines,
+)
 
 ALWAYS_SKIPPED = frozenset({".git", ".composer"})
 """Directory names never listed: git's store and Composer's own index."""
-SNIFF_BYTES = 8192
-"""How much of a file's head decides whether it is binary (git looks at the same amount)."""
-
-_BOMS = ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
-_CONTROL = bytes(range(0x00, 0x08)) + bytes(range(0x0E, 0x1A)) + bytes(range(0x1C, 0x20))
-_ANY_NEWLINE = re.compile(r"\r?\n")
-
-# The process umask, read once at import (os.umask can only be read by setting it, which is not
-# thread-safe later on). New files get 0o666 & ~umask, as open() would give them.
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
 
 
 class EditSink(Protocol):
     """Where edits to open buffers go when an editor is attached (the language server implements
     it with workspace/applyEdit). Returns False when the editor refused the edit."""
 
-    async def apply(self, path: str, old_text: str | None, new_text: str, version: int | None) -> bool: ...
+    async def apply(
+        self, path: str, old_text: str | None, new_text: str, version: int | None
+    ) -> bool: ...
 
 
 class DeleteSink(Protocol):
@@ -83,100 +81,6 @@ class DirEntry:
     """Bytes for files, None for directories and broken symlinks."""
 
 
-@dataclass(frozen=True)
-class TextFormat:
-    """How a file's text is stored, so a write can put back exactly what a read took off."""
-
-    encoding: str = "utf-8"
-    """A Python codec name: utf-8, utf-16-le, utf-16-be or latin-1."""
-    bom: bytes = b""
-    newline: str | None = "\n"
-    """"\\n", "\\r\\n" (the text is shown with \\n and written back with \\r\\n) or None for
-    mixed line breaks (the text is kept verbatim)."""
-
-    @property
-    def note(self) -> str | None:
-        if self.encoding == "latin-1":
-            return "not valid UTF-8, so it was decoded as latin-1; writes keep latin-1"
-        return None
-
-    def encode(self, text: str, rel: str) -> bytes:
-        if self.newline == "\r\n":
-            text = _ANY_NEWLINE.sub("\r\n", text)
-        try:
-            return self.bom + text.encode(self.encoding)
-        except UnicodeEncodeError as err:
-            line = text.count("\n", 0, err.start) + 1
-            raise WorkspaceError(
-                f"{rel} is stored as {self.encoding}, which cannot hold {text[err.start]!r} "
-                f"(line {line}); use characters {self.encoding} can encode (or an escape)"
-            ) from None
-
-
-def is_binary(data: bytes) -> bool:
-    """True for data that is not text: a NUL in the head, or mostly control bytes."""
-    head = data[:SNIFF_BYTES]
-    if b"\x00" in head:
-        return True
-    return bool(head) and len(head.translate(None, _CONTROL)) < 0.7 * len(head)
-
-
-def decode_bytes(data: bytes) -> tuple[str, TextFormat] | None:
-    """Decodes a file's bytes to the text tools see plus its TextFormat; None when binary."""
-    raw = None
-    for bom, encoding in _BOMS:
-        if data.startswith(bom):
-            with contextlib.suppress(UnicodeDecodeError):
-                raw, fmt = data[len(bom) :].decode(encoding), TextFormat(encoding, bom)
-            break
-    if raw is None:
-        if is_binary(data):
-            return None
-        try:
-            raw, fmt = data.decode("utf-8"), TextFormat()
-        except UnicodeDecodeError:
-            raw, fmt = data.decode("latin-1"), TextFormat("latin-1")
-    newline = newline_style(raw)
-    if newline == "\r\n":
-        raw = raw.replace("\r\n", "\n")
-    return raw, TextFormat(fmt.encoding, fmt.bom, newline)
-
-
-def newline_style(text: str) -> str | None:
-    """"\\r\\n" when every line break is CRLF, "\\n" when none is, None when mixed."""
-    crlf = text.count("\r\n")
-    if crlf == 0:
-        return "\n"
-    # "\r\r\n" would read as "\r\n" and come back as one CRLF: treat such files as mixed.
-    return "\r\n" if crlf == text.count("\n") and "\r\r\n" not in text else None
-
-
-def _raw(view: str, newline: str | None) -> str:
-    return _ANY_NEWLINE.sub("\r\n", view) if newline == "\r\n" else view
-
-
-def atomic_write(target: Path, data: bytes) -> None:
-    """Replaces `target` with `data` all at once: temp file beside it, fsync, os.replace. Keeps
-    the old file's mode; creates missing parent directories. Leaves no temp file on failure."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode = target.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        mode = 0o666 & ~_UMASK
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 @dataclass
 class _Buffer:
     text: str
@@ -189,7 +93,9 @@ class _IgnoreFiles:
     """Parsed .gitignore files, re-read when their mtime or size changes."""
 
     root: Path
-    cache: dict[str, tuple[tuple[int, int], pathspec.GitIgnoreSpec | None]] = field(default_factory=dict)
+    cache: dict[str, tuple[tuple[int, int], pathspec.GitIgnoreSpec | None]] = field(
+        default_factory=dict
+    )
 
     def load(self, file: Path) -> pathspec.GitIgnoreSpec | None:
         try:
@@ -208,7 +114,10 @@ class _IgnoreFiles:
 
     def base_rules(self) -> list[tuple[str, pathspec.GitIgnoreSpec]]:
         """`.git/info/exclude` (lowest precedence), then the root .gitignore."""
-        specs = (self.load(self.root / ".git" / "info" / "exclude"), self.load(self.root / ".gitignore"))
+        specs = (
+            self.load(self.root / ".git" / "info" / "exclude"),
+            self.load(self.root / ".gitignore"),
+        )
         return [("", spec) for spec in specs if spec is not None]
 
 
@@ -224,8 +133,14 @@ def _ignored(rules: list[tuple[str, pathspec.GitIgnoreSpec]], rel: str, is_dir: 
 
 
 class Workspace:
-    def __init__(self, root: str | os.PathLike[str], *, max_file_bytes: int = 2_000_000,
-                 edit_sink: EditSink | None = None, alias: str | None = None) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        max_file_bytes: int = 2_000_000,
+        edit_sink: EditSink | None = None,
+        alias: str | None = None,
+    ) -> None:
         """`alias`: an absolute path that names the root to the model (`display_root`, what the
         system prompt says) and that tools accept as the root. Task environments use one fixed
         alias, so every environment's prompt is the same tokens (prefix caching, shared prefixes
@@ -238,7 +153,9 @@ class Workspace:
             raise ValueError(f"workspace alias {alias!r} is not an absolute path")
         self._root_str = str(self.root)
         self.display_root = os.path.normpath(alias) if alias else str(given)
-        self._aliases = sorted({self._root_str, str(given), self.display_root}, key=len, reverse=True)
+        self._aliases = sorted(
+            {self._root_str, str(given), self.display_root}, key=len, reverse=True
+        )
         self.max_file_bytes = max_file_bytes
         self.edit_sink = edit_sink
         self._buffers: dict[str, _Buffer] = {}
@@ -300,7 +217,9 @@ class Workspace:
                         f"outside the workspace (to {target}); only files inside "
                         f"{self._root_str} can be used, including through symlinks that stay inside"
                     )
-        raise OutsideWorkspaceError(f"{text!r} resolves to {real}, outside the workspace {self._root_str}")
+        raise OutsideWorkspaceError(
+            f"{text!r} resolves to {real}, outside the workspace {self._root_str}"
+        )
 
     # ---- the editor's unsaved buffers ------------------------------------------------------
 
@@ -347,7 +266,9 @@ class Workspace:
         self._formats[rel] = fmt
         return text
 
-    def read_lines(self, path: str, start: int = 1, count: int | None = None) -> tuple[list[str], int]:
+    def read_lines(
+        self, path: str, start: int = 1, count: int | None = None
+    ) -> tuple[list[str], int]:
         """Lines start..start+count-1 (1-based, without line breaks) and the file's line count.
         Streams files over max_file_bytes instead of refusing them."""
         try:
@@ -365,7 +286,9 @@ class Workspace:
             head = f.read(SNIFF_BYTES)
         encoding = "utf-16" if head.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8-sig"
         if encoding == "utf-8-sig" and is_binary(head):
-            raise BinaryFileError(f"{rel} is a binary file; use run_terminal with `xxd` or `file` to inspect it")
+            raise BinaryFileError(
+                f"{rel} is a binary file; use run_terminal with `xxd` or `file` to inspect it"
+            )
         shown, total = [], 0
         stop = None if count is None else start - 1 + count
         with open(target, encoding=encoding, errors="replace", newline="\n") as f:
@@ -408,7 +331,9 @@ class Workspace:
     def _file(self, rel: str) -> Path:
         target = self.root / rel
         if target.is_dir():
-            raise WorkspaceError(f"{rel} is a directory, not a file; use list_dir to see what it holds")
+            raise WorkspaceError(
+                f"{rel} is a directory, not a file; use list_dir to see what it holds"
+            )
         if not target.exists():
             raise WorkspaceError(self._missing(rel))
         return target
@@ -429,7 +354,11 @@ class Workspace:
             return f"{rel} does not exist (nor does its folder {parent or '.'}/)"
         names = [e.name + ("/" if e.is_dir() else "") for e in os.scandir(folder)]
         close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
-        hint = "; did you mean " + " or ".join(f"{parent + '/' if parent else ''}{c}" for c in close) + "?"
+        hint = (
+            "; did you mean "
+            + " or ".join(f"{parent + '/' if parent else ''}{c}" for c in close)
+            + "?"
+        )
         return f"{rel} does not exist" + (hint if close else "")
 
     # ---- writing ---------------------------------------------------------------------------
@@ -470,7 +399,7 @@ class Workspace:
         rel = self._rel(path)
         buf = self._buffers.get(rel)
         if buf is not None and self.edit_sink is not None:
-            raw = _raw(new_text, newline_style(buf.text))
+            raw = restore_newlines(new_text, newline_style(buf.text))
             if not await self.edit_sink.apply(rel, buf.text, raw, buf.version):
                 raise EditorRefusedError(
                     f"the editor refused the edit to {rel} (the user rejected it or the buffer "
@@ -481,7 +410,7 @@ class Workspace:
             return "editor"
         await asyncio.to_thread(self.write_text, rel, new_text)
         if buf is not None:
-            self._buffers[rel] = _Buffer(_raw(new_text, newline_style(buf.text)), None)
+            self._buffers[rel] = _Buffer(restore_newlines(new_text, newline_style(buf.text)), None)
         return "disk"
 
     async def apply_delete(self, path: str) -> str:
@@ -549,8 +478,9 @@ class Workspace:
         if spec is not None:
             rules.append((prefix, spec))
 
-    def iter_files(self, subdir: str = ".", *, include_ignored: bool = False,
-                   include_hidden: bool = False) -> Iterator[str]:
+    def iter_files(
+        self, subdir: str = ".", *, include_ignored: bool = False, include_hidden: bool = False
+    ) -> Iterator[str]:
         """Relative posix paths of the files under `subdir`, sorted, lazily. Skips what git
         ignores (nested .gitignore files and .git/info/exclude included) unless include_ignored,
         dot-files unless include_hidden, and always .git/ and .composer/. Symlinked files that
@@ -560,7 +490,9 @@ class Workspace:
             return
         start = self.root / rel if rel != "." else self.root
         if not start.is_dir():
-            raise WorkspaceError(f"{rel} is not a directory" if start.exists() else self._missing(rel))
+            raise WorkspaceError(
+                f"{rel} is not a directory" if start.exists() else self._missing(rel)
+            )
         rules: list[tuple[str, pathspec.GitIgnoreSpec]] = []
         if not include_ignored:
             rules = self._ignore.base_rules()

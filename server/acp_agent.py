@@ -52,7 +52,8 @@ from acp.schema import (
 from pydantic import ValidationError
 
 from agent.exceptions import EditorRefusedError
-from agent.workspace import SNIFF_BYTES, Workspace, is_binary
+from agent.textfile import SNIFF_BYTES, is_binary
+from agent.workspace import Workspace
 from server import __version__
 from server.hub import MODES, RequestError, ServerSettings, SessionHub
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from agent.retrieval.store import FileRecord
-from agent.workspace import decode_bytes
+from agent.textfile import decode_bytes
 
 SKIP_SUFFIXES = (".lock", ".min.js", ".min.css", ".map", ".svg", ".ipynb", ".pyc", ".csv", ".tsv",
                  ".pdf", ".png", ".jpg", ".jpeg", ".gif", ".ico", ".woff", ".woff2", ".ttf", ".zip",
