@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import sys
@@ -84,9 +85,11 @@ def build_atomically(target: str | Path, build: Callable[[Path], object], *, for
 
 
 def ensure_default_model() -> Path:
-    """composer-mini's directory, built from the bundled SmolLM2 weights the first time."""
+    """composer-mini's directory, built from the bundled SmolLM2 weights the first time; a build
+    made before the chat template changed gets the current one (`refresh_chat_template`)."""
     target = default_model_dir()
     if is_complete_checkpoint(target):
+        refresh_chat_template(target)
         return target
     from model.convert import write_upcycled
 
@@ -96,6 +99,27 @@ def ensure_default_model() -> Path:
         write_upcycled(directory)
 
     return build_atomically(target, build)
+
+
+def refresh_chat_template(directory: Path) -> None:
+    """Rewrites composer-mini's chat template (`chat_template.jinja` and tokenizer_config.json's
+    copy, each atomically, under the build lock) when the one in model/ differs: the template is
+    part of composer-mini as this code renders prompts, and vLLM reads it from the directory."""
+    from model.tokenizer import CHAT_TEMPLATE_PATH
+
+    current = CHAT_TEMPLATE_PATH.read_text()
+    template_file = directory / "chat_template.jinja"
+    if template_file.is_file() and template_file.read_text() == current:
+        return
+    with file_lock(directory):
+        config_file = directory / "tokenizer_config.json"
+        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+        config["chat_template"] = current
+        for name, text in (("tokenizer_config.json", json.dumps(config, indent=2, ensure_ascii=True) + "\n"),
+                           ("chat_template.jinja", current)):
+            tmp = directory / f".{name}.tmp"
+            tmp.write_text(text)
+            os.replace(tmp, directory / name)
 
 
 if __name__ == "__main__":

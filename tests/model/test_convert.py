@@ -369,6 +369,25 @@ def test_failed_build_leaves_nothing_and_incomplete_dirs_are_rebuilt(monkeypatch
     assert home.ensure_default_model() == target and home.is_complete_checkpoint(target)
 
 
+def test_a_build_made_before_a_template_change_gets_the_current_template(monkeypatch, tmp_path):
+    from model.tokenizer import CHAT_TEMPLATE_PATH
+
+    monkeypatch.setenv("COMPOSER_HOME", str(tmp_path))
+    monkeypatch.setattr(convert, "write_upcycled", fake_build)
+    target = home.ensure_default_model()
+    (target / "chat_template.jinja").write_text("{{ 'an older template' }}")
+    (target / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ 'an older template' }}",
+                                                              "eos_token": "<|im_end|>"}))
+    weights = (target / "model.safetensors").stat().st_mtime_ns
+    monkeypatch.setattr(convert, "write_upcycled", lambda d: pytest.fail("rebuilt for a template"))
+    assert home.ensure_default_model() == target
+    current = CHAT_TEMPLATE_PATH.read_text()
+    assert (target / "chat_template.jinja").read_text() == current
+    config = json.loads((target / "tokenizer_config.json").read_text())
+    assert config == {"chat_template": current, "eos_token": "<|im_end|>"}
+    assert (target / "model.safetensors").stat().st_mtime_ns == weights
+    assert not list(target.glob(".*.tmp"))
+
 # ---- the real weights (slow) ------------------------------------------------------------------
 
 
