@@ -115,6 +115,41 @@ class PackedRows:
         return torch.cat(rows, dim=0)
 
 
+class ContextKeys:
+    """One layer's keys and values of a detached context (model/transformer.py `forward` with
+    `grad_at`): the pass without gradient records them for every position; the gradient pass's
+    queries attend over them, with their own keys and values, which carry the gradient, written
+    in at their positions."""
+
+    def __init__(self) -> None:
+        self.k_BKSDh: torch.Tensor | None = None
+        self.v_BKSDh: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class GradPositions:
+    """The positions a detached-context forward computes with gradient (`at_BG`, row positions;
+    `valid_BG` false for a row's padding), and the row positions each of them sees
+    (`visible_BGS`: the packed layout's causal prefix-and-own-segment rule)."""
+
+    at_BG: torch.Tensor
+    valid_BG: torch.Tensor
+    visible_BGS: torch.Tensor
+
+    @classmethod
+    def of(cls, at_BG: torch.Tensor, valid_BG: torch.Tensor, segments_BS: torch.Tensor) -> GradPositions:
+        """From training/batch.py's layout: `segments_BS` 0 for a row's shared prefix, i >= 1 for
+        its i-th sample, -1 for padding. A position sees earlier ones of the prefix and of its own
+        segment; a padding query sees position 0 (its output is never used)."""
+        at_BG = torch.where(valid_BG, at_BG, 0)
+        S = segments_BS.shape[1]
+        seg_BG = segments_BS.gather(1, at_BG)
+        seg_B1S = segments_BS.unsqueeze(1)
+        causal_BGS = torch.arange(S, device=at_BG.device) <= at_BG.unsqueeze(-1)
+        same_BGS = (seg_B1S == 0) | (seg_B1S == seg_BG.unsqueeze(-1))
+        return cls(at_BG, valid_BG, causal_BGS & same_BGS & (seg_B1S >= 0))
+
+
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -132,8 +167,13 @@ class Attention(nn.Module):
         x_BSD: torch.Tensor,
         rope: tuple[torch.Tensor, torch.Tensor],
         packed: PackedRows | None = None,
+        context: ContextKeys | None = None,
+        grad: GradPositions | None = None,
     ) -> torch.Tensor:
-        """Causal attention over x, or, given `packed`, over rows whose samples share a prefix."""
+        """Causal attention over x, or, given `packed`, over rows whose samples share a prefix.
+        A detached context: with `context` and no `grad`, this records the layer's keys and
+        values there; with both, x holds `grad.at_BG`'s positions, which attend over the
+        recorded keys and values (constants) with their own written in at their positions."""
         B, S, _ = x_BSD.shape
         H, K, Dh = self.num_heads, self.num_kv_heads, self.head_dim
         qk, v = self.qkv(x_BSD).split([(H + K) * Dh, K * Dh], dim=-1)
@@ -145,8 +185,25 @@ class Attention(nn.Module):
         q, k = apply_rotary(qk, *rope).split([H, K], dim=2)
         v = v.view(B, S, K, Dh)
         q_BHSDh, k_BKSDh, v_BKSDh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        if packed is None:
+        if context is not None and grad is None:
+            context.k_BKSDh, context.v_BKSDh = k_BKSDh.detach(), v_BKSDh.detach()
+        if grad is not None:
+            out = self._over_context(q_BHSDh, k, v, context, grad)
+        elif packed is None:
             out = F.scaled_dot_product_attention(q_BHSDh, k_BKSDh, v_BKSDh, is_causal=True, enable_gqa=True)
         else:
             out = packed.attend(q_BHSDh, k_BKSDh, v_BKSDh)
         return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))
+
+    @staticmethod
+    def _over_context(q_BHGDh: torch.Tensor, k_BGKDh: torch.Tensor, v_BGKDh: torch.Tensor,
+                      context: ContextKeys | None, grad: GradPositions) -> torch.Tensor:
+        if context is None or context.k_BKSDh is None:
+            raise ValueError("a gradient pass over a detached context needs its recorded keys and values")
+        b_N, g_N = grad.valid_BG.nonzero(as_tuple=True)
+        s_N = grad.at_BG[b_N, g_N]
+        # Out of place: the recorded tensors stay constants; the written rows carry the gradient.
+        keys, values = (c.transpose(1, 2).index_put((b_N, s_N), own[b_N, g_N]).transpose(1, 2)
+                        for c, own in ((context.k_BKSDh, k_BGKDh), (context.v_BKSDh, v_BGKDh)))
+        return F.scaled_dot_product_attention(q_BHGDh, keys, values, attn_mask=grad.visible_BGS.unsqueeze(1),
+                                              enable_gqa=True)

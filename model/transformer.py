@@ -25,7 +25,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from model.config import ModelConfig
-from model.layers import Attention, PackedRows, RMSNorm, Rotary
+from model.layers import Attention, ContextKeys, GradPositions, PackedRows, RMSNorm, Rotary
 from model.moe import MoE, check_given_experts
 
 
@@ -47,9 +47,10 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.moe = MoE(config)
 
-    def forward(self, x_BSD, rope, given_experts_BSk=None, packed=None):
-        """Returns (x_BSD, experts_BSk, router_logits_BSE or None)."""
-        x_BSD = x_BSD + self.attn(self.attn_norm(x_BSD), rope, packed)
+    def forward(self, x_BSD, rope, given_experts_BSk=None, packed=None, context=None, grad=None):
+        """Returns (x_BSD, experts_BSk, router_logits_BSE or None); `context` and `grad`: see
+        Attention.forward."""
+        x_BSD = x_BSD + self.attn(self.attn_norm(x_BSD), rope, packed, context, grad)
         B, S, D = x_BSD.shape
         given_Nk = None if given_experts_BSk is None else given_experts_BSk.reshape(B * S, -1)
         y_ND, experts_Nk, logits_NE = self.moe(self.ffn_norm(x_BSD).view(B * S, D), given_Nk)
@@ -100,6 +101,7 @@ class Transformer(nn.Module):
         return_router_logits: bool = False,
         gradient_checkpointing: bool = False,
         packed: PackedRows | None = None,
+        grad_at: GradPositions | None = None,
     ) -> ForwardOutput:
         """The full forward over `input_ids_BS` at `positions_BS` (default 0..S-1; packed training
         rows restart them per sample). The engine decodes incrementally with model/runner.py.
@@ -110,7 +112,16 @@ class Transformer(nn.Module):
         replace the router's choice (-1 on a whole (position, layer): the router's own);
         `return_router_logits` fills `router_logits_BSLE`; `gradient_checkpointing` recomputes
         each block in the backward pass; `packed` lays rows out as several samples behind one
-        shared prefix (model/layers.py PackedRows, built by training/batch.py)."""
+        shared prefix (model/layers.py PackedRows, built by training/batch.py).
+
+        `grad_at`, a detached context: only its positions are computed with gradient, and the
+        logits come back at them (as `logits_at` would). A pass without gradient over every
+        position records each layer's keys and values; a second pass over `grad_at`'s positions
+        alone attends over them as constants, with its own keys and values (which carry the
+        gradient) written in. The logits equal the full forward's; the gradient leaves out the
+        paths through the other positions' activations. Training's use: the prompt and tool
+        outputs are most of an agent sample's positions, and only the policy's own tokens carry
+        loss (training/config.py `context_gradient`)."""
         B, S = input_ids_BS.shape
         if positions_BS is None:
             positions_BS = torch.arange(S, device=input_ids_BS.device).expand(B, S)
@@ -119,6 +130,11 @@ class Transformer(nn.Module):
             raise ValueError(f"position {int(positions_BS.max())} exceeds the model's context of {limit} tokens")
         if given_experts_BSLk is not None:
             self._check_given_experts(given_experts_BSLk, B, S)
+        if grad_at is not None:
+            if return_routing or return_router_logits or logits_at is not None:
+                raise ValueError("a detached-context forward returns logits at `grad_at` only")
+            return self._forward_detached(input_ids_BS, positions_BS, grad_at, given_experts_BSLk,
+                                          gradient_checkpointing, packed)
         x_BSD = self.embed(input_ids_BS)
         rope = self.rotary(positions_BS, x_BSD.dtype)
         routing, router_logits = [], []
@@ -140,6 +156,30 @@ class Transformer(nn.Module):
             torch.stack(routing, dim=2) if return_routing else None,
             torch.stack(router_logits, dim=2) if return_router_logits and self.config.is_moe else None,
         )
+
+    def _forward_detached(self, input_ids_BS, positions_BS, grad: GradPositions, given_BSLk,
+                          gradient_checkpointing: bool, packed: PackedRows | None) -> ForwardOutput:
+        contexts = [ContextKeys() for _ in self.layers]
+        with torch.no_grad():
+            x_BSD = self.embed(input_ids_BS)
+            rope = self.rotary(positions_BS, x_BSD.dtype)
+            for i, layer in enumerate(self.layers):
+                given = None if given_BSLk is None else given_BSLk[:, :, i]
+                x_BSD = layer(x_BSD, rope, given, packed, contexts[i])[0]
+        at_BG = grad.at_BG
+        x_BGD = self.embed(input_ids_BS.gather(1, at_BG))
+        rope = self.rotary(positions_BS.gather(1, at_BG), x_BGD.dtype)
+        given_BGLk = None
+        if given_BSLk is not None:
+            index = at_BG.view(*at_BG.shape, 1, 1).expand(-1, -1, *given_BSLk.shape[2:])
+            given_BGLk = given_BSLk.gather(1, index)
+        for i, layer in enumerate(self.layers):
+            given = None if given_BGLk is None else given_BGLk[:, :, i]
+            if gradient_checkpointing and torch.is_grad_enabled():
+                x_BGD = checkpoint(layer, x_BGD, rope, given, None, contexts[i], grad, use_reentrant=False)[0]
+            else:
+                x_BGD = layer(x_BGD, rope, given, None, contexts[i], grad)[0]
+        return ForwardOutput(self.lm_head(self.norm(x_BGD)))
 
     def _check_given_experts(self, given_BSLk: torch.Tensor, B: int, S: int) -> None:
         cfg = self.config

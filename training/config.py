@@ -37,6 +37,14 @@ class TrainModelConfig:
     """Parameter-name suffixes that get adapters (the experts' stacked weights get one per expert)."""
     gradient_checkpointing: bool = False
     """Recompute each block's activations in backward (memory for time)."""
+    context_gradient: bool = True
+    """False: a detached context (model/transformer.py `grad_at`). Only the positions whose next
+    token carries loss (the policy's own tokens) are computed with gradient; the prompt and tool
+    outputs, ~95% of an agent sample's positions, go through one pass without gradient, and
+    their keys and values are constants to the loss positions. The loss and logprobs are
+    unchanged; the gradient leaves out how the weights change the context's representations
+    (bench/trainer.py measures its cosine to the exact gradient). It costs about one forward
+    per token instead of a forward, a recomputation and a backward."""
 
 
 @dataclass(**FROZEN)

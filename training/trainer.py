@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from model.config import ModelConfig
-from model.layers import PackedRows
+from model.layers import GradPositions, PackedRows
 from model.transformer import Transformer
 from training.batch import MicroBatch, PreparedBatch, micro_batches, prepare, shard
 from training.buffer import Group
@@ -152,9 +152,13 @@ class Trainer:
         with autocast:
             routing = None if mb.routing_BSLk is None else mb.routing_BSLk.to(device)
             packed = PackedRows.from_segments(mb.segments_BS) if mb.shared else None
+            at = {"logits_at": mb.positions_BP.to(device)}
+            if not self.config.model.context_gradient:
+                at = {"grad_at": GradPositions.of(*(t.to(device) for t in (mb.positions_BP, mb.valid_BP,
+                                                                          mb.segments_BS)))}
             out = model(mb.input_ids_BS.to(device), positions_BS=mb.position_ids_BS.to(device),
-                        logits_at=mb.positions_BP.to(device), given_experts_BSLk=routing,
-                        gradient_checkpointing=self.config.model.gradient_checkpointing, packed=packed)
+                        given_experts_BSLk=routing, gradient_checkpointing=self.config.model.gradient_checkpointing,
+                        packed=packed, **at)
         return selected_logprobs(out.logits, mb.targets_BP.to(device), mb.temperature)
 
     def _clip(self) -> float:

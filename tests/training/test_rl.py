@@ -24,8 +24,11 @@ WARM = 30
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def test_reward_rises_within_a_few_updates(tmp_path):
-    config = replace_in(debug(), checkpoint={"dir": str(tmp_path), "every": 100}, train={"steps": 5})
+@pytest.mark.parametrize("context_gradient", [True, False])
+def test_reward_rises_within_a_few_updates(tmp_path, context_gradient):
+    # False: the detached context (training/config.py): only the policy's own tokens with gradient.
+    config = replace_in(debug(), checkpoint={"dir": str(tmp_path), "every": 100}, train={"steps": 5},
+                        model={"context_gradient": context_gradient})
     run = train(config)
     rl = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["step"] > WARM]
     rewards = [r["reward"] for r in rl]
@@ -98,6 +101,7 @@ EXPECTED_FLAGS = [
     "help", "progress", "no-progress",
     "model.path", "model.dtype", "model.autocast-bf16", "model.no-autocast-bf16", "model.lora-rank",
     "model.lora-alpha", "model.lora-targets", "model.gradient-checkpointing", "model.no-gradient-checkpointing",
+    "model.context-gradient", "model.no-context-gradient",
     "optim.lr", "optim.betas", "optim.weight-decay", "optim.warmup-steps", "optim.max-grad-norm",
     "loss.eps-low", "loss.eps-high", "loss.tis-cap", "loss.kl-coef", "loss.sft-coef", "loss.sft-min-reward",
     "rollout.tasks", "rollout.group-size", "rollout.tasks-per-step", "rollout.temperature", "rollout.top-p",
