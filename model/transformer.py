@@ -58,6 +58,14 @@ class Block(nn.Module):
         return x_BSD + y_ND.view(B, S, D), experts_Nk.view(B, S, -1), logits_BSE
 
 
+def run_block(block: Block, gradient_checkpointing: bool, *args):
+    """`block(*args)`, recomputed in the backward pass instead of keeping its activations when
+    `gradient_checkpointing` is on and gradients are being recorded."""
+    if gradient_checkpointing and torch.is_grad_enabled():
+        return checkpoint(block, *args, use_reentrant=False)
+    return block(*args)
+
+
 class Transformer(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -140,12 +148,7 @@ class Transformer(nn.Module):
         routing, router_logits = [], []
         for i, layer in enumerate(self.layers):
             given = None if given_experts_BSLk is None else given_experts_BSLk[:, :, i]
-            if gradient_checkpointing and torch.is_grad_enabled():
-                x_BSD, experts_BSk, logits_BSE = checkpoint(
-                    layer, x_BSD, rope, given, packed, use_reentrant=False
-                )
-            else:
-                x_BSD, experts_BSk, logits_BSE = layer(x_BSD, rope, given, packed)
+            x_BSD, experts_BSk, logits_BSE = run_block(layer, gradient_checkpointing, x_BSD, rope, given, packed)
             routing.append(experts_BSk)
             router_logits.append(logits_BSE)
         if logits_at is not None:
@@ -175,10 +178,7 @@ class Transformer(nn.Module):
             given_BGLk = given_BSLk.gather(1, index)
         for i, layer in enumerate(self.layers):
             given = None if given_BGLk is None else given_BGLk[:, :, i]
-            if gradient_checkpointing and torch.is_grad_enabled():
-                x_BGD = checkpoint(layer, x_BGD, rope, given, None, contexts[i], grad, use_reentrant=False)[0]
-            else:
-                x_BGD = layer(x_BGD, rope, given, None, contexts[i], grad)[0]
+            x_BGD = run_block(layer, gradient_checkpointing, x_BGD, rope, given, None, contexts[i], grad)[0]
         return ForwardOutput(self.lm_head(self.norm(x_BGD)))
 
     def _check_given_experts(self, given_BSLk: torch.Tensor, B: int, S: int) -> None:
