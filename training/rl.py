@@ -135,7 +135,7 @@ def warm_start(run: Run, progress) -> None:
     if cfg.train.warm_start_steps <= run.trainer.step:
         return
     demos = demonstrations(run)
-    size = cfg.rollout.tasks_per_step * cfg.rollout.group_size
+    size = cfg.train.warm_start_batch or cfg.rollout.tasks_per_step * cfg.rollout.group_size
     while run.trainer.step < cfg.train.warm_start_steps:
         start = (run.trainer.step * size) % len(demos)
         batch = (demos + demos)[start : start + min(size, len(demos))]

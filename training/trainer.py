@@ -82,8 +82,11 @@ class Trainer:
     # ---- the update -----------------------------------------------------------------------------
 
     def lr_at(self, step: int) -> float:
-        o = self.config.optim
-        return o.lr * min(1.0, (step + 1) / o.warmup_steps) if o.warmup_steps else o.lr
+        """The rate of update `step` (0-based): the warm start's own rate during its steps, linear
+        warmup over the first `optim.warmup_steps` updates."""
+        o, t = self.config.optim, self.config.train
+        lr = t.warm_start_lr if t.warm_start_lr and step < t.warm_start_steps else o.lr
+        return lr * min(1.0, (step + 1) / o.warmup_steps) if o.warmup_steps else lr
 
     def update(self, groups: list[Group], version: int) -> dict[str, float]:
         """One optimizer step on these groups (each rank trains its share of the samples)."""

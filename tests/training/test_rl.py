@@ -109,7 +109,8 @@ EXPECTED_FLAGS = [
     "rollout.engine-quantize", "rollout.vllm-urls", "rollout.replay-logs",
     "buffer.max-offpolicy-steps", "buffer.max-policy-age", "buffer.drop-zero-advantage",
     "buffer.no-drop-zero-advantage",
-    "train.steps", "train.seed", "train.micro-batch-tokens", "train.warm-start-steps", "train.warm-start",
+    "train.steps", "train.seed", "train.micro-batch-tokens", "train.warm-start-steps", "train.warm-start-batch",
+    "train.warm-start-lr", "train.warm-start",
     "train.warm-start-tasks", "train.endpoint", "train.device",
     "checkpoint.dir", "checkpoint.every", "checkpoint.keep", "checkpoint.resume", "checkpoint.no-resume",
 ]
