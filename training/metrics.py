@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 PANELS = (
+    ("loss", ("sft_loss", "pg_loss"), "per loss token"),
     ("reward", ("reward",), "mean reward"),
     ("clipping", ("clip_low", "clip_high"), "fraction of policy tokens"),
     ("importance weights", ("is_weight", "is_truncated", "mismatch_abs"), "per token"),
@@ -76,7 +77,10 @@ def plot_run(metrics_path: Path, out: Path, title: str = "") -> Path:
     import matplotlib.pyplot as plt
 
     records = read_metrics(metrics_path)
-    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5), constrained_layout=True)
+    columns = math.ceil(len(PANELS) / 2)
+    fig, axes = plt.subplots(2, columns, figsize=(4.3 * columns, 6.5), constrained_layout=True)
+    for ax in axes.flat[len(PANELS):]:
+        ax.set_visible(False)
     for ax, (name, keys, ylabel) in zip(axes.flat, PANELS):
         drawn = False
         for key in keys:
