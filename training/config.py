@@ -103,7 +103,8 @@ class RolloutConfig:
     engine_quantize: Literal["none", "int4"] = "none"
     """The rollout engine's weights. int4 decodes faster and TIS corrects a small mismatch, but
     rounding to int4 erases a LoRA's small changes: after a 16-update warm start the fp32 model
-    puts 0.84 on starting a tool call where its int4 copy puts under 0.01, as the base model does."""
+    puts 0.87 on starting a tool call where its int4 copy puts 0.001, as the base model does
+    (bench/adapter_quantization.py)."""
     vllm_urls: tuple[str, ...] = ()
     """vLLM OpenAI-compatible servers for backend=vllm."""
     replay_logs: tuple[str, ...] = ()
