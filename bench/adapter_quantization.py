@@ -1,11 +1,16 @@
 """Whether int4 weights keep what a LoRA run taught composer-mini: on the held-out prompts an
 evaluation logged (the first model call of each attempt: the harness's real prompt), the
 probability that the reply starts a tool call, for the base and the trained checkpoint, each in
-full precision and int4 (model/quant.py, as `training.eval --quantize int4` and the rollout
-engine use it). Then per matrix kind, how much of the trained change int4 keeps:
+full precision, int4 of the merged weights, and int4 with the adapter kept beside it in fp32
+(model/adapter.py: what `Engine.from_pretrained(.., quantize="int4")` serves since). Then per
+matrix kind, how much of the trained change int4 of the merged weights keeps:
 
   kept     <Q(W + D) - Q(W), D> / |D|^2: 1 keeps the change, 0 rounds it away
   |D| / |Q(W) - W|   the change against the rounding error int4 adds anyway
+
+And what the adapter costs: the engine's decoding speed (one sequence, 64 tokens after the
+last 64 tokens of a held-out prompt; the fused C++ step where it runs) for the base in int4,
+the trained checkpoint in int4 with its adapter, and the trained checkpoint in full precision.
 
     python bench/adapter_quantization.py --trained runs/cpu/final \\
         --sessions EVAL_DIR/bugfix-heldout/sessions [--prompts 4] [--no-write]
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +35,9 @@ from bench.machine import machine_line  # noqa: E402
 from bench.report import publish  # noqa: E402
 from model.hf import load_model  # noqa: E402
 from model.home import ensure_default_model  # noqa: E402
-from model.quant import Int4Linear, quantize_model  # noqa: E402
+from model.engine import Engine  # noqa: E402
+from model.quant import Int4Linear, load_quantized, quantize_model  # noqa: E402
+from model.sampling import SamplingParams  # noqa: E402
 from model.tokenizer import Tokenizer  # noqa: E402
 
 TOOL_CALL_OPEN = "<tool_call>"
@@ -85,6 +93,21 @@ def kept_change(base, trained) -> dict[str, dict[str, float]]:
     return {kind: {"kept": dot / sq, "change_vs_rounding": (sq / err) ** 0.5} for kind, (dot, sq, err) in sums.items()}
 
 
+def decode_speed(model, tokenizer, prompt: list[int], tokens: int = 64) -> dict[str, float]:
+    """Decoded tokens per second of one sequence: (time for 1 + tokens) - (time for 1)."""
+    engine = Engine(model, tokenizer, max_batch=1)
+    try:
+        engine.generate([prompt], SamplingParams(max_tokens=4))  # warm up (and the fused step's build)
+        seconds = []
+        for n in (1, 1 + tokens):
+            start = time.perf_counter()
+            engine.generate([prompt], SamplingParams(max_tokens=n, ignore_eos=True, speculative=False))
+            seconds.append(time.perf_counter() - start)
+        return {"decode_tok_s": tokens / (seconds[1] - seconds[0]), "fused": engine.fused is not None}
+    finally:
+        engine.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trained", type=Path, required=True, help="a trained checkpoint (training.rl's final/)")
@@ -103,14 +126,25 @@ def main(argv: list[str] | None = None) -> int:
         models[name] = load_model(path, dtype=torch.float32).eval()
         results["rows"][f"{name}, full precision"] = tool_call_start(models[name], prompts, token)
     results["kept"] = kept_change(models["base"], models["trained"])
+    short = prompts[0][-64:]
+    results["speed"] = {"trained, full precision": decode_speed(models["trained"], tokenizer, short)}
     for name in ("base", "trained"):
         quantized = quantize_model(models.pop(name), "int4")
         results["rows"][f"{name}, int4"] = tool_call_start(quantized, prompts, token)
+        if name == "base":
+            results["speed"]["base, int4"] = decode_speed(quantized, tokenizer, short)
+    served = load_quantized(args.trained, "int4").eval()
+    results["rows"]["trained, int4 + its adapter in fp32"] = tool_call_start(served, prompts, token)
+    results["speed"]["trained, int4 + its adapter in fp32"] = decode_speed(served, tokenizer, short)
     lines = ["| model, weights | P(reply starts a tool call), mean | greedy replies that start one |",
              "| --- | --- | --- |"]
     for label, row in results["rows"].items():
         lines.append(f"| {label} | {row['p_tool_call']:.3f} | {row['greedy_tool_calls']} of {row['prompts']} |")
-    lines += ["", "| matrices | share of the trained change int4 keeps | change / int4 rounding error |",
+    lines += ["", "| model, weights | decoding, tok/s (1 sequence) | fused C++ step |", "| --- | --- | --- |"]
+    for label, row in results["speed"].items():
+        lines.append(f"| {label} | {row['decode_tok_s']:.1f} | {'yes' if row['fused'] else 'no'} |")
+    lines += ["", "| matrices | share of the trained change int4 of the merged weights keeps | "
+              "change / int4 rounding error |",
               "| --- | --- | --- |"]
     for kind, row in results["kept"].items():
         lines.append(f"| {kind} | {row['kept']:.2f} | {row['change_vs_rounding']:.2f} |")

@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from model.fused_decode import FusedDecode, enabled_by_env, unsupported_reason
-from model.hf import load_model, load_state_dict
+from model.hf import load_state_dict
 from model.kernels import DECODE, PREFILL, Kernels
 from model.kv import KVCache, kv_dtype
 from model.openmp import release_openmp_threads
@@ -187,14 +187,15 @@ class Engine:
         cls, path: str | Path | None = None, *, dtype: torch.dtype | None = None, quantize: str = "none", **kwargs
     ) -> Engine:
         """Loads a checkpoint directory (default: composer-mini, built on first use).
-        `quantize="int4"`: weight-only int4 for fast CPU decoding (model/quant.py); "none" keeps
-        the checkpoint's weights, whose logprobs match the trainer's exactly."""
+        `quantize="int4"`: weight-only int4 for fast CPU decoding (model/quant.py), with a trained
+        checkpoint's LoRA adapter (its `adapter/`) kept beside the int4 matrices in fp32; "none"
+        keeps the checkpoint's weights, whose logprobs match the trainer's exactly."""
         from model.home import ensure_default_model
-        from model.quant import quantize_model
+        from model.quant import load_quantized
         from model.tokenizer import Tokenizer
 
         path = Path(path).expanduser() if path is not None else ensure_default_model()
-        model = quantize_model(load_model(path, dtype=dtype), quantize)
+        model = load_quantized(path, quantize, dtype=dtype)
         return cls(model, Tokenizer.from_dir(path), **kwargs)
 
     def tool_call_constraint(self, tools: list[dict] | None, mode: str = "auto"):

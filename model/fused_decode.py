@@ -2,7 +2,8 @@
 
 Python decoding of composer-mini issues about 2,000 small ATen ops a token, and at 10-15 us each
 they cost more than the int4 matmuls themselves. model/csrc/fused_decode.cpp runs the same step
-(model/runner.py's DECODE role: embedding, 30 layers of norm / int4 qkv / rotary / cache write /
+(model/runner.py's DECODE role: embedding, 30 layers of norm / int4 qkv (plus a LoRA residual
+where the checkpoint has an adapter) / rotary / cache write /
 attention / int4 output projection / router / the chosen experts, final norm and int8 head) for
 every decoding sequence in one call: the reductions and matmuls are the ops the Python path calls
 and the elementwise work is plain loops, so its logits are bit-identical to the Python path's
@@ -84,16 +85,19 @@ class FusedDecode:
             model.embed.weight.detach(), model.rotary.cos, model.rotary.sin, model.norm.weight.detach(),
             model.lm_head.q_OI, model.lm_head.scale_O,
         )
+        none = torch.empty(0)
+
+        def matrix(w) -> list[torch.Tensor]:  # an Int4Linear, its adapter's residual (empty if none)
+            low_rank = [none, none] if w.lora_down is None else [w.lora_down, w.lora_up]
+            return [w.packed, w.scales_and_zeros, *low_rank]
+
         for layer, cache_k, cache_v in zip(model.layers, cache.k, cache.v):
-            attn, moe = layer.attn, layer.moe
-            experts = moe.experts
-            router = moe.router.weight.detach() if config.num_experts > 1 else torch.empty(0)
+            attn, experts = layer.attn, layer.moe.experts
+            router = layer.moe.router.weight.detach() if config.num_experts > 1 else torch.empty(0)
             decoder.add_layer(
-                layer.attn_norm.weight.detach(), attn.qkv.packed, attn.qkv.scales_and_zeros,
-                attn.o_proj.packed, attn.o_proj.scales_and_zeros,
+                layer.attn_norm.weight.detach(), matrix(attn.qkv), matrix(attn.o_proj),
                 layer.ffn_norm.weight.detach(), router,
-                [w.packed for w in experts.w13], [w.scales_and_zeros for w in experts.w13],
-                [w.packed for w in experts.w2], [w.scales_and_zeros for w in experts.w2],
+                [matrix(w) for w in experts.w13], [matrix(w) for w in experts.w2],
                 attn.qkv.group_size, cache_k, cache_v,
             )
         return cls(decoder)

@@ -16,6 +16,7 @@ kernels). The role decides the kernel; within a role nothing else does:
 | weights | decode | prefill |
 | --- | --- | --- |
 | int4 (model/quant.py) | torch's int4 kernel, bf16 activations | bf16 copy, oneDNN brgemm (AMX / AVX512-BF16); fp32 row dots without one |
+| an int4 layer's LoRA residual | plus fp32 row dots through its two factors | merged into the bf16 copy |
 | int8 head | torch's int8 kernel | the same |
 | fp32 (checkpoint weights) | fp32 row dots (kernels.cpp) | the same |
 | attention | one query at a time, fp32 | brgemm tiles: bf16 for int4 models on a bf16 unit, else fp32 |
@@ -117,7 +118,9 @@ class DenseRoleLinear(RoleLinear):
 
 
 class Int4RoleLinear(RoleLinear):
-    """int4 weights: the int4 kernel for decoded tokens; a dense bf16 copy for prompts."""
+    """int4 weights: the int4 kernel for decoded tokens (plus the adapter's residual, if any, as
+    fp32 row dots: row-invariant, and the same ops the fused step calls); a dense bf16 copy for
+    prompts, with the residual merged in."""
 
     def __init__(self, layer: nn.Module, kernels: Kernels) -> None:
         self.layer, self.kernels = layer, kernels
@@ -128,7 +131,7 @@ class Int4RoleLinear(RoleLinear):
     def refresh(self) -> None:
         """(Re)builds the dense prompt copy from the int4 weights (after they were written)."""
         if self.kernels.ext is not None:
-            weight = self.layer.dequantize(torch.float32)
+            weight = self.layer.dense(torch.float32)
             self.dense = self.kernels.ext.pack_vnni(weight) if self.kernels.bf16_matrix else weight.to(torch.bfloat16)
 
     def reads(self, storages: set[int]) -> bool:
@@ -140,8 +143,13 @@ class Int4RoleLinear(RoleLinear):
             layer = self.layer
             out = torch.ops.aten._weight_int4pack_mm_for_cpu(
                 x_NI.to(torch.bfloat16), layer.packed, layer.group_size, layer.scales_and_zeros
-            )
-            return out.to(x_NI.dtype)
+            ).to(x_NI.dtype)
+            if layer.lora_down is None:
+                return out
+            if self.kernels.ext is None:
+                return out + F.linear(F.linear(x_NI, layer.lora_down), layer.lora_up)
+            rowdot = self.kernels.ext.linear_rowdot
+            return out + rowdot(rowdot(x_NI.contiguous(), layer.lora_down), layer.lora_up)
         if self.kernels.bf16_matrix:
             return self.kernels.ext.linear_vnni(x_NI, self.dense, self.out_features)
         return self.kernels.ext.linear_rowdot(x_NI, self.dense)

@@ -58,6 +58,11 @@ class WeightUpdate:
             value = _checked(name, tensors[name], slot).to(device=device, dtype=dtype)
             _plan(model, name, slot, value, copies, rows)
         for module, module_rows in rows.items():
+            if getattr(module, "lora_down", None) is not None:
+                raise WeightUpdateError(
+                    "the update writes an int4 matrix that carries a checkpoint's LoRA adapter beside it "
+                    "(model/adapter.py), which merged weights would add twice; load the checkpoint with "
+                    "quantize='none' to update its weights")
             copies += module.requantized(module_rows)
         return cls(copies, sorted(slots))
 

@@ -30,8 +30,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.nn.utils import parametrize
 
-ADAPTER_FILE = "adapter_model.safetensors"
-ADAPTER_CONFIG = "adapter_config.json"
+from model.adapter import ADAPTER_CONFIG, ADAPTER_FILE, read_adapter_config
 
 
 class LoRADelta(nn.Module):
@@ -133,13 +132,6 @@ def save_adapter(model: nn.Module, directory: str | Path, **meta) -> Path:
     tmp.write_text(json.dumps(config, indent=2) + "\n")
     os.replace(tmp, directory / ADAPTER_CONFIG)
     return directory
-
-
-def read_adapter_config(directory: str | Path) -> dict:
-    path = Path(directory) / ADAPTER_CONFIG
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no adapter config; is {directory} a LoRA adapter?")
-    return json.loads(path.read_text())
 
 
 def load_adapter(model: nn.Module, directory: str | Path) -> nn.Module:

@@ -33,6 +33,7 @@ namespace {
 struct Int4Weight {
   Tensor packed, scales_and_zeros;  // model/quant.py Int4Linear's buffers
   int64_t group_size;
+  Tensor lora_down, lora_up;        // its adapter's residual, (r, I) and (O, r) fp32; empty if none
 };
 
 struct Layer {
@@ -78,17 +79,21 @@ class FusedDecoder {
     D_ = embed.size(1);
   }
 
-  void add_layer(Tensor attn_norm, Tensor qkv_packed, Tensor qkv_sz, Tensor o_packed, Tensor o_sz,
-                 Tensor ffn_norm, Tensor router, std::vector<Tensor> w13_packed, std::vector<Tensor> w13_sz,
-                 std::vector<Tensor> w2_packed, std::vector<Tensor> w2_sz, int64_t group_size,
+  // Each int4 matrix as [packed, scales_and_zeros, lora_down, lora_up] (the last two empty when
+  // it has no adapter): qkv, o_proj, then per expert w13 and w2.
+  void add_layer(Tensor attn_norm, std::vector<Tensor> qkv, std::vector<Tensor> o, Tensor ffn_norm, Tensor router,
+                 std::vector<std::vector<Tensor>> w13, std::vector<std::vector<Tensor>> w2, int64_t group_size,
                  Tensor cache_k, Tensor cache_v) {
     TORCH_CHECK(cache_k.is_contiguous() && cache_v.is_contiguous(), "contiguous KV cache expected");
     TORCH_CHECK(cache_k.dtype() == at::kFloat || cache_k.dtype() == at::kBFloat16, "fp32 or bf16 KV cache expected");
-    Layer l{attn_norm, ffn_norm, {qkv_packed, qkv_sz, group_size}, {o_packed, o_sz, group_size}, router,
-            {}, {}, cache_k, cache_v};
-    for (size_t e = 0; e < w13_packed.size(); ++e) {
-      l.w13.push_back({w13_packed[e], w13_sz[e], group_size});
-      l.w2.push_back({w2_packed[e], w2_sz[e], group_size});
+    auto weight = [group_size](const std::vector<Tensor>& parts) {
+      TORCH_CHECK(parts.size() == 4, "an int4 matrix is [packed, scales_and_zeros, lora_down, lora_up]");
+      return Int4Weight{parts[0], parts[1], group_size, parts[2], parts[3]};
+    };
+    Layer l{attn_norm, ffn_norm, weight(qkv), weight(o), router, {}, {}, cache_k, cache_v};
+    for (size_t e = 0; e < w13.size(); ++e) {
+      l.w13.push_back(weight(w13[e]));
+      l.w2.push_back(weight(w2[e]));
     }
     layers_.push_back(std::move(l));
   }
@@ -145,9 +150,15 @@ class FusedDecoder {
     since = now;
   }
 
-  // (M, I) fp32 times an int4 matrix -> (M, O) fp32: Int4RoleLinear in the DECODE role.
+  // (M, I) fp32 times an int4 matrix -> (M, O) fp32: Int4RoleLinear in the DECODE role, the
+  // adapter's residual (fp32 row dots through its two factors) added when it has one.
   Tensor int4_mm(const Tensor& x, const Int4Weight& w) {
-    return to_f32(at::cpu::_weight_int4pack_mm_for_cpu(to_bf16(x), w.packed, w.group_size, w.scales_and_zeros));
+    Tensor out = to_f32(at::cpu::_weight_int4pack_mm_for_cpu(to_bf16(x), w.packed, w.group_size, w.scales_and_zeros));
+    if (w.lora_down.numel() > 0) {
+      Tensor residual = composer::linear_rowdot(composer::linear_rowdot(x, w.lora_down), w.lora_up);
+      add_into(out, residual);
+    }
+    return out;
   }
 
   void attention(Layer& l, Tensor& x, const Tensor& rows, const Tensor& positions) {

@@ -1,9 +1,10 @@
 """The C++ decode step (model/fused_decode.py, model/csrc/fused_decode.cpp) against the Python
 DECODE role of model/runner.py: bit-identical logits, routed experts and cache contents for
-several sequences at once, each at its own row and position (MoE, dense, top-1/top-3, GQA 6:1;
-fp32 and bf16 KV caches); the engine using it for what sessions ask (batches, routing records,
-logprobs, the tool-call constraint) with the same completions as without it; the env switch and
-the fallback; and (slow) 80 greedy steps of composer-mini with identical logits at every step.
+several sequences at once, each at its own row and position (MoE, dense, top-1/top-3, GQA 6:1,
+a LoRA adapter's residual beside the int4 matrices; fp32 and bf16 KV caches); the engine using it
+for what sessions ask (batches, routing records, logprobs, the tool-call constraint) with the
+same completions as without it; the env switch and the fallback; and (slow) 80 greedy steps of
+composer-mini with identical logits at every step.
 
 The extension compiles once per machine (model/cpu_ext.py; cached under the Composer home).
 Run: .venv/bin/python -m pytest tests/model/test_fused_decode.py [-m "not slow"]
@@ -20,11 +21,12 @@ from byte_tokenizer import ByteTokenizer
 
 import model.cpu_ext as cpu_ext
 import model.fused_decode as fd
+from model.adapter import LowRank
 from model.config import ModelConfig
 from model.engine import Engine
 from model.kernels import DECODE, PREFILL, Kernels
 from model.kv import KVCache
-from model.quant import quantize_model, supports_int4
+from model.quant import ADAPTABLE, quantize_model, supports_int4
 from model.runner import Runner
 from model.sampling import SamplingParams
 from model.transformer import Transformer
@@ -39,16 +41,26 @@ def kernels():
     return Kernels(cpu_ext.load_extension())  # a build failure here is a test failure, not a skip
 
 
-def int4_model(**changes) -> Transformer:
+def int4_model(lora: bool = False, **changes) -> Transformer:
+    """`lora`: with a rank-4 adapter's residual on every int4 matrix (model/adapter.py)."""
     config = ModelConfig.debug(**changes)
-    return quantize_model(Transformer(config).init_weights(seed=3).eval(), "int4")
+    model = Transformer(config).init_weights(seed=3).eval()
+    gen = torch.Generator().manual_seed(4)
+    adapter = {
+        f"layers.{i}.{name}": LowRank(torch.randn(*w.shape[:-2], 4, w.shape[-1], generator=gen) * 0.1,
+                                      torch.randn(*w.shape[:-1], 4, generator=gen) * 0.01)
+        for i in range(config.num_layers) for name in ADAPTABLE
+        for w in [model.get_parameter(f"layers.{i}.{name}")]
+    } if lora else None
+    return quantize_model(model, "int4", adapter=adapter)
 
 
 @pytest.mark.parametrize("kv", [torch.float32, torch.bfloat16], ids=["kv-fp32", "kv-bf16"])
 @pytest.mark.parametrize(
     "changes",
-    [{}, {"num_experts": 1, "top_k": 1}, {"top_k": 3}, {"top_k": 1}, {"num_heads": 6, "num_kv_heads": 1}],
-    ids=["moe-top2", "dense", "top3", "top1", "gqa-6:1"],
+    [{}, {"num_experts": 1, "top_k": 1}, {"top_k": 3}, {"top_k": 1}, {"num_heads": 6, "num_kv_heads": 1},
+     {"lora": True}],
+    ids=["moe-top2", "dense", "top3", "top1", "gqa-6:1", "lora"],
 )
 def test_fused_step_equals_the_python_decode_role_bit_for_bit(kernels, changes, kv):
     model = int4_model(**changes)

@@ -241,14 +241,3 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
     assert eval_main(["--compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 2
     assert "not a readable report" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # nothing written
-
-
-def test_int4_on_a_lora_trained_checkpoint_is_warned_about(tmp_path, capsys):
-    trained = tmp_path / "final"
-    (trained / "adapter").mkdir(parents=True)
-    (trained / "config.json").write_text("{}")
-    args = ["--suite", "no-such-suite", "--policy", str(trained), "--out", str(tmp_path / "out")]
-    assert eval_main(args) == 2
-    assert "int4 rounds its changes away" in capsys.readouterr().err
-    assert eval_main([*args, "--quantize", "none"]) == 2
-    assert "int4" not in capsys.readouterr().err

@@ -65,8 +65,8 @@ def _parser() -> argparse.ArgumentParser:
                    "token-exact logs (default: composer-mini's when --model-name is composer-mini)")
     p.add_argument("--api-key-env", default="COMPOSER_API_KEY", help="environment variable holding an endpoint's key (as composer-lsp reads)")
     p.add_argument("--quantize", choices=["int4", "none"], default="int4",
-                   help="in-process weights (default int4, which rounds away a LoRA's changes: evaluate "
-                        "a trained checkpoint and its baseline with none)")
+                   help="in-process weights (default int4; a trained checkpoint's LoRA adapter stays "
+                        "beside the int4 matrices in fp32)")
     p.add_argument("--parallel", type=int, default=2, help="attempts at once (default 2)")
     p.add_argument("--out", type=Path, help="root of the run directories (one per suite)")
     p.add_argument("--instance", action="append", help="run only this task (repeatable)")
@@ -167,11 +167,6 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--parallel must be at least 1, got {args.parallel}")
         policy = parse_policy(args.policy, model_name=args.model_name, quantize=args.quantize,
                               tokenizer=args.tokenizer)
-        if policy.model and policy.kind == "engine" and args.quantize == "int4" \
-                and (Path(policy.model) / "adapter").is_dir():
-            print(f"warning: {policy.model} was trained with LoRA, and int4 rounds its changes away "
-                  "(measured: a warm start's tool calls vanish); pass --quantize none, and run its "
-                  "baseline the same way", file=sys.stderr)
         return asyncio.run(run(args, policy, argv))
     except (ValueError, OSError, UnsandboxedError) as err:  # SuiteError, TaskError, a bad --policy
         # are ValueErrors; UnsandboxedError: no bubblewrap, no --allow-unsandboxed (nothing ran)
