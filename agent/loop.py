@@ -38,6 +38,8 @@ from model.toolcalls import ToolCall
 
 SHORTENED_NOTE = "\n[older tool output shortened to save context; call the tool again if you need it]"
 MAX_ERRORS_SHOWN = 5
+MIN_REPLY_TOKENS = 32
+"""A prompt that leaves the reply less room than this ends the turn: no tool call fits in it."""
 """Malformed tool calls of one reply described to the model; the rest are counted."""
 MAX_ERROR_CHARS = 300
 """Each description is cut to this (it may quote what the model sent)."""
@@ -65,6 +67,10 @@ class LoopConfig:
     """What is kept of an old tool result when the context fills up."""
     max_calls_per_step: int = 64
     """Tool calls run from one model reply; more are dropped, and the model is told."""
+
+
+class _ContextFull(Exception):
+    """The next prompt leaves no room for a reply, with every old tool result already shortened."""
 
 
 @dataclass
@@ -251,7 +257,13 @@ class Agent:
                     result.stop_reason = "max_tokens"
                     return result
             result.steps = step + 1
-            reply, note = await self._model_step(left)
+            try:
+                reply, note = await self._model_step(left)
+            except _ContextFull as full:  # the model's work outgrew its context: its turn, not a fault
+                result.steps = step
+                self._log("error", message=str(full), kind="context_full", where=f"step {step + 1}", fatal=False)
+                result.stop_reason = "max_tokens"
+                return result
             spent += reply.completion_tokens
             result.replies.append(reply)
             result.text = reply.content
@@ -317,13 +329,17 @@ class Agent:
 
     def _prompt(self, tools: list[dict]) -> Prompt | None:
         """The next prompt's ids for a token-native policy (None for a text-only one), with the
-        oldest tool results shortened first when the context fills up (a prefix break)."""
+        oldest tool results shortened first when the context fills up (a prefix break);
+        _ContextFull when even that leaves no room for a reply."""
         if not getattr(self.policy, "token_native", False):
             self._fit_context(tools)
             return None
         prompt = self.stream.next_prompt(self.messages, self._synced, tools)
         if len(prompt.ids) + self.config.max_tokens_per_step > self.policy.context_window and self._fit_context(tools):
             prompt = self.stream.rebuild(self.messages, tools, "context_shortened")
+        if len(prompt.ids) + MIN_REPLY_TOKENS > self.policy.context_window:
+            raise _ContextFull(f"the prompt has {len(prompt.ids)} tokens and the context window "
+                               f"{self.policy.context_window}: no room for a reply; the turn ends")
         return prompt
 
     def _log_call(self, call_id: str, reply: Reply, prompt: Prompt | None, message: dict, note: str) -> dict:

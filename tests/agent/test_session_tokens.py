@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from scripted_engine import (  # tests/agent is no package: on sys.path
     Echo,
     ScriptedEngine,
@@ -208,3 +210,22 @@ async def test_a_version_1_log_loads_and_continues_rebuilt_from_text(tmp_path, r
     assert new["version"] == 2 and new["call_id"] == "m2"
     assert new["prefix_break"] == {"reason": "rebuilt_from_text"} and new["parent"] is None
     assert "Hello there." in real_tokenizer.decode(engine.seen[0][0])
+
+
+async def test_a_context_that_stays_full_ends_the_turn_as_the_models_own_not_as_a_fault(tmp_path, real_tokenizer):
+    """Many small tool results, which shortening cannot save: the turn ends (max_tokens, an error
+    record that is not fatal) before a prompt too long for the engine is ever sent."""
+    tok = real_tokenizer
+    root = tmp_path / "repo"
+    root.mkdir()
+    limit = 700
+    engine = ScriptedEngine(tok, [echo_call(tok, "ok") for _ in range(40)], max_seq_len=limit,
+                            on_submit=lambda ids: len(ids) < limit or pytest.fail(f"a {len(ids)}-token prompt was sent"))
+    session = await Session.create(config(root, max_tokens_per_step=64, max_steps=40),
+                                   policy=EnginePolicy(engine), tools=ToolRegistry([Echo()]))
+    result = await session.prompt("go")
+    session.close()
+    assert result.stop_reason == "max_tokens"
+    assert result.steps == len(engine.seen) < 40
+    [full] = [r for r in read_session(session.log_path) if r["type"] == "error"]
+    assert full["kind"] == "context_full" and full["fatal"] is False and f"context window {limit}" in full["message"]
