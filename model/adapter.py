@@ -13,6 +13,11 @@ kept nearly exactly) and adds scale * B (A x) beside the int4 matmul, in fp32.
     adapter = read_adapter(checkpoint / ADAPTER_DIR)    # None when the checkpoint has none
     quantize_model(model, "int4", adapter=adapter)      # model/quant.py
 
+A trainer syncs a live adapter into an int4 rollout engine the same way: beside the merged
+weights it sends each residual as two tensors, `<parameter name>.lora_down` and `.lora_up`
+(`residual_tensors`); the engine built from them keeps the adapter, and later updates copy only
+the residuals (model/weights.py), a few MB instead of re-quantizing every matrix.
+
 Layout: `adapter_config.json` ({"r", "lora_alpha", "target_parameters": [model parameter names]})
 and `adapter_model.safetensors` (tensors `<parameter name>.lora_A` (r, I) and `.lora_B` (O, r),
 one more leading expert dimension for the experts' stacked weights).
@@ -78,3 +83,30 @@ def read_adapter(directory: str | Path) -> dict[str, LowRank] | None:
                              f"are not a rank-{rank} pair")
         adapter[name] = LowRank(down.contiguous(), (up * (alpha / rank)).contiguous())
     return adapter
+
+
+RESIDUAL_PARTS = ("lora_down", "lora_up")
+
+
+def residual_tensors(adapter: dict[str, LowRank]) -> dict[str, torch.Tensor]:
+    """The adapter as named tensors for a weight sync: `<name>.lora_down` and `<name>.lora_up`."""
+    out = {}
+    for name, low_rank in adapter.items():
+        out[f"{name}.lora_down"], out[f"{name}.lora_up"] = low_rank.down, low_rank.up
+    return out
+
+
+def split_residuals(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, LowRank]]:
+    """(the weights, the residuals) of a sync's tensors; ValueError names a half-sent residual."""
+    weights, parts = {}, {}
+    for key, value in tensors.items():
+        name, _, part = key.rpartition(".")
+        if part in RESIDUAL_PARTS:
+            parts.setdefault(name, {})[part] = value
+        else:
+            weights[key] = value
+    for name, pair in parts.items():
+        if len(pair) != 2:
+            missing = next(p for p in RESIDUAL_PARTS if p not in pair)
+            raise ValueError(f"{name}.{missing} is missing: a residual is sent as both of {RESIDUAL_PARTS}")
+    return weights, {name: LowRank(pair["lora_down"], pair["lora_up"]) for name, pair in parts.items()}

@@ -135,8 +135,11 @@ class Int4RoleLinear(RoleLinear):
             self.dense = self.kernels.ext.pack_vnni(weight) if self.kernels.bf16_matrix else weight.to(torch.bfloat16)
 
     def reads(self, storages: set[int]) -> bool:
-        """Whether its int4 weights live in one of these storages (by data pointer)."""
-        return any(t.untyped_storage().data_ptr() in storages for t in (self.layer.packed, self.layer.scales_and_zeros))
+        """Whether its int4 weights or its adapter's residual live in one of these storages (by
+        data pointer)."""
+        layer = self.layer
+        tensors = [t for t in (layer.packed, layer.scales_and_zeros, layer.lora_down, layer.lora_up) if t is not None]
+        return any(t.untyped_storage().data_ptr() in storages for t in tensors)
 
     def __call__(self, x_NI: torch.Tensor, role: str) -> torch.Tensor:
         if role == DECODE or self.dense is None:

@@ -13,6 +13,10 @@ On an int4 model (model/quant.py) each updated matrix is re-quantized from the n
 row, so rows not named keep their quantized values exactly, and the buffers keep their shapes and
 storage: the fused C++ step, which holds references to them, computes with the new weights.
 
+An int4 model built with an adapter beside its matrices (model/adapter.py) takes the adapter's
+new residuals instead, `<parameter name>.lora_down` / `.lora_up`, copied into the buffers it
+keeps them in; merged weights for those matrices are refused (they would add the adapter twice).
+
     update = WeightUpdate.prepare(model, tensors)   # raises WeightUpdateError, writes nothing
     update.apply()                                   # copies only
 """
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from model.adapter import LowRank, split_residuals
 from model.config import ModelConfig
 from model.hf import Slot, hf_slots, own_slots
 from model.quant import CopyPair, Int4Linear, Int8Linear, QuantizedExperts, RowUpdate
@@ -50,9 +55,15 @@ class WeightUpdate:
     def prepare(cls, model: Transformer, tensors: Mapping[str, torch.Tensor]) -> WeightUpdate:
         """Checks every tensor and computes everything the update writes (conversions, int4
         re-quantization) without writing to the model."""
+        try:
+            tensors, residuals = split_residuals(dict(tensors))
+        except ValueError as err:
+            raise WeightUpdateError(str(err)) from None
+        copies = _residual_copies(model, residuals)
+        if residuals and not tensors:
+            return cls(copies, sorted(residuals))
         slots = resolve(model.config, tensors)
         dtype, device = model.embed.weight.dtype, model.embed.weight.device
-        copies: list[CopyPair] = []
         rows: dict[nn.Module, list[RowUpdate]] = {}
         for name, slot in slots.items():
             value = _checked(name, tensors[name], slot).to(device=device, dtype=dtype)
@@ -64,7 +75,7 @@ class WeightUpdate:
                     "(model/adapter.py), which merged weights would add twice; load the checkpoint with "
                     "quantize='none' to update its weights")
             copies += module.requantized(module_rows)
-        return cls(copies, sorted(slots))
+        return cls(copies, sorted([*slots, *residuals]))
 
     @torch.no_grad()
     def apply(self) -> None:
@@ -91,6 +102,37 @@ def resolve(config: ModelConfig, tensors: Mapping[str, torch.Tensor]) -> dict[st
     slots = {name: known[name] for name in names}
     _check_disjoint(config, slots)
     return slots
+
+
+def _residual_copies(model: Transformer, residuals: dict[str, LowRank]) -> list[CopyPair]:
+    """Copies of an adapter's new residuals into the int4 matrices that keep them (each checked)."""
+    copies: list[CopyPair] = []
+    for name, low_rank in residuals.items():
+        owner_name, _, attr = name.rpartition(".")
+        try:
+            owner = model.get_submodule(owner_name)
+        except AttributeError:
+            owner = None
+        if isinstance(owner, Int4Linear) and attr == "weight":
+            matrices, downs, ups = [owner], [low_rank.down], [low_rank.up]
+        elif isinstance(owner, QuantizedExperts) and attr in ("w13_EFD", "w2_EDF"):
+            matrices, downs, ups = list(owner.w13 if attr == "w13_EFD" else owner.w2), low_rank.down, low_rank.up
+        else:
+            raise WeightUpdateError(f"{name!r}: the model has no int4 matrix there to keep an adapter's residual")
+        if len(downs) != len(matrices) or len(ups) != len(matrices):
+            raise WeightUpdateError(f"{name!r}: a residual per expert expected ({len(matrices)})")
+        for matrix, down, up in zip(matrices, downs, ups):
+            if matrix.lora_down is None:
+                raise WeightUpdateError(f"{name!r}: this model keeps no adapter beside that matrix (build it "
+                                        "with quantize_model(.., adapter=...))")
+            for destination, value, part in ((matrix.lora_down, down, "lora_down"), (matrix.lora_up, up, "lora_up")):
+                if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(destination.shape):
+                    got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                    raise WeightUpdateError(f"'{name}.{part}' is {got}, the model keeps {tuple(destination.shape)}")
+                if not value.is_floating_point() or not _all_finite(value):
+                    raise WeightUpdateError(f"'{name}.{part}' must hold finite floating-point values")
+                copies.append((destination, value.detach().to(destination.dtype)))
+    return copies
 
 
 def _check_tied_head(tensors: Mapping[str, torch.Tensor]) -> None:

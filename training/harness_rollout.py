@@ -3,7 +3,7 @@ run by the editor's agent loop in sandboxed environments, graded with hidden tes
 read back from the session logs token for token.
 
     source = HarnessSource(config, tokenizer, model_config, run_dir)   # logs in run_dir/sessions
-    await source.sync(full_tensors(trainer.model), version)
+    await source.sync(sync_tensors(trainer.model), version)    # training/weights.py
     group = await source.run(job=7, version)
 
 Job k runs task k mod n of the task set (in an order shuffled once by the run's seed)
@@ -36,6 +36,7 @@ import torch
 from agent.loop import LoopConfig
 from agent.policy import EnginePolicy
 from agent.session_log import read_session
+from model.adapter import LowRank, residual_tensors, split_residuals
 from model.config import ModelConfig
 from model.engine import Engine
 from model.hf import load_hf_state_dict
@@ -129,6 +130,7 @@ class HarnessSource:
         self.tasks = ordered_tasks(r.tasks, config.train.seed)
         self.tokenizer, self.model_config = tokenizer, model_config
         self.engine: Engine | None = None  # built from the first weights `sync` brings
+        self.adapted = False  # whether the engine keeps a LoRA adapter beside its int4 weights
         self.policy: EnginePolicy | None = None
         loop = LoopConfig(max_steps=r.max_turns, max_tokens_per_step=r.max_tokens, temperature=r.temperature,
                           top_p=r.top_p)
@@ -155,21 +157,32 @@ class HarnessSource:
         return Group(job, version, samples)
 
     async def sync(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        """training.weights.sync_tensors' tensors. An int4 engine built with the LoRA's residuals
+        keeps them beside its int4 base and takes only new residuals afterwards; a full-precision
+        engine takes the merged weights."""
+        merged, adapter = split_residuals(weights)
         if self.engine is None:
-            await asyncio.to_thread(self._build_engine, weights, version)
+            await asyncio.to_thread(self._build_engine, merged, adapter, version)
+        elif self.adapted:
+            if not adapter:
+                raise ValueError("this rollout engine keeps a LoRA adapter beside its int4 weights; "
+                                 "send its residuals (training.weights.sync_tensors)")
+            await asyncio.to_thread(self.engine.load_weights, residual_tensors(adapter), version)
         else:
-            await asyncio.to_thread(self.engine.load_weights, weights, version)
+            await asyncio.to_thread(self.engine.load_weights, merged, version)
 
-    def _build_engine(self, weights: dict[str, torch.Tensor], version: int) -> None:
+    def _build_engine(self, weights: dict[str, torch.Tensor], adapter: dict[str, LowRank], version: int) -> None:
         """The rollout engine on the first weights: built on the meta device and filled from
-        them, then quantized (no random initialisation: one full copy of the model at a time)."""
+        them, then quantized, an adapter kept beside the int4 matrices (no random initialisation:
+        one full copy of the model at a time)."""
         r = self.config.rollout
         with torch.device("meta"):
             model = Transformer(self.model_config)
         model = model.to_empty(device="cpu")
         model.init_buffers()
         load_hf_state_dict(model, weights, source="trainer weights")
-        model = quantize_model(model.eval(), r.engine_quantize)
+        model = quantize_model(model.eval(), r.engine_quantize, adapter=adapter)
+        self.adapted = r.engine_quantize != "none" and bool(adapter)
         self.engine = Engine(model, self.tokenizer, max_batch=r.group_size * max(1, r.workers), weight_version=version)
         self.policy = EnginePolicy(self.engine, model_id="composer-mini-rl", record_routing=True)
 

@@ -30,7 +30,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.nn.utils import parametrize
 
-from model.adapter import ADAPTER_CONFIG, ADAPTER_FILE, read_adapter_config
+from model.adapter import ADAPTER_CONFIG, ADAPTER_FILE, LowRank, read_adapter_config
 
 
 class LoRADelta(nn.Module):
@@ -99,6 +99,16 @@ def lora_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     for name, delta in lora_modules(model):
         out[f"{name}.lora_A"] = delta.lora_A.detach()
         out[f"{name}.lora_B"] = delta.lora_B.detach()
+    return out
+
+
+def residuals(model: nn.Module) -> dict[str, LowRank]:
+    """Each adapter as the residual an int4 engine keeps beside its base weights (model/adapter.py):
+    A, and B with the scale folded in; gathered (FSDP's DTensors: every rank calls it)."""
+    out = {}
+    for name, delta in lora_modules(model):
+        down, up = (getattr(t, "full_tensor", lambda t=t: t)().detach() for t in (delta.lora_A, delta.lora_B))
+        out[name] = LowRank(down.float().contiguous(), (up.float() * delta.scale).contiguous())
     return out
 
 

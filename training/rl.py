@@ -29,13 +29,14 @@ import torch
 import torch.distributed as dist
 
 from training.buffer import Group, StalenessBuffer
-from training.checkpoint import Checkpointer, export_model, full_tensors
+from training.checkpoint import Checkpointer, export_model
 from training.config import PRESETS, RLConfig
 from training.distributed import broadcast_groups, init_from_env, shard_model
 from training.lora import save_adapter
 from training.metrics import RunLog, plot_run
 from training.rollout import RolloutSource, make_source
 from training.trainer import Trainer, load_policy, resolve_model_path
+from training.weights import sync_tensors
 
 
 @dataclasses.dataclass
@@ -97,7 +98,7 @@ def setup(config: RLConfig) -> Run:
             checkpoints.load_weights(latest, trainer.model)
         extra = checkpoints.load_state(latest, trainer)
     run = Run(config, run_dir, trainer, tokenizer, checkpoints, group=group)
-    weights = full_tensors(trainer.model)  # a collective: every rank
+    weights = sync_tensors(trainer.model)  # a collective: every rank
     if leader:
         run.buffer = StalenessBuffer(
             config.rollout.tasks_per_step, config.buffer.max_offpolicy_steps,
@@ -141,7 +142,7 @@ def warm_start(run: Run, progress) -> None:
         batch = (demos + demos)[start : start + min(size, len(demos))]
         metrics = run.trainer.update([Group(-1, -1, batch)], run.trainer.step)
         _after_update(run, metrics, progress)
-    weights = full_tensors(run.trainer.model)
+    weights = sync_tensors(run.trainer.model)
     if run.leader:
         asyncio.run(run.source.sync(weights, run.trainer.step))
 
@@ -202,7 +203,7 @@ async def reinforce(run: Run, progress) -> None:
             groups = broadcast_groups(take.result(), run.group)
             metrics = await asyncio.to_thread(run.trainer.update, groups, run.trainer.step)
             metrics["staleness"] = sum(run.buffer.version - g.version for g in groups) / len(groups)
-            weights = await asyncio.to_thread(full_tensors, run.trainer.model)
+            weights = await asyncio.to_thread(sync_tensors, run.trainer.model)
             await run.source.sync(weights, run.trainer.step)
             run.buffer.advance(groups)
             metrics["dropped_stale_total"] = float(run.buffer.dropped_stale)
@@ -220,7 +221,7 @@ def follow(run: Run) -> None:
     """A rank other than 0 in the RL phase: rank 0's groups, the same update, the same gathers."""
     while (groups := broadcast_groups(None, run.group)) is not None:
         metrics = run.trainer.update(groups, run.trainer.step)
-        full_tensors(run.trainer.model)
+        sync_tensors(run.trainer.model)
         _after_update(run, metrics, None)
 
 

@@ -4,7 +4,7 @@ new weights. The loop (training/rl.py) only sees this protocol, so in-process en
 actors are the same code path to it.
 
     source = make_source(config, tokenizer, model.config)
-    await source.sync(full_tensors(trainer.model), version=0)
+    await source.sync(sync_tensors(trainer.model), version=0)      # training/weights.py
     group = await source.run(job=7, version=0)
 """
 
@@ -32,7 +32,7 @@ class RolloutSource(Protocol):
         ...
 
     async def sync(self, weights: dict[str, torch.Tensor], version: int) -> None:
-        """New weights (HF names, merged and gathered: training.checkpoint.full_tensors)."""
+        """New weights (HF names, merged and gathered, plus a LoRA's residuals: training.weights.sync_tensors)."""
         ...
 
     def close(self) -> None: ...

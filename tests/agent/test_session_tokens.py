@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from scripted_engine import (  # tests/agent is no package: on sys.path
     Echo,
     ScriptedEngine,

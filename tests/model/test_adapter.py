@@ -12,12 +12,15 @@ import json
 
 import pytest
 import torch
+from byte_tokenizer import ByteTokenizer
 from safetensors.torch import save_file
 
-from model.adapter import ADAPTER_CONFIG, ADAPTER_FILE, LowRank, read_adapter
+from model.adapter import ADAPTER_CONFIG, ADAPTER_FILE, LowRank, read_adapter, residual_tensors
 from model.config import ModelConfig
+from model.engine import Engine
 from model.hf import save_model
 from model.quant import ADAPTABLE, Int4Linear, load_quantized, quantize_model, supports_int4
+from model.sampling import SamplingParams
 from model.transformer import Transformer
 from model.weights import WeightUpdate, WeightUpdateError
 
@@ -37,9 +40,9 @@ def on_int4_grid(model: Transformer) -> Transformer:
     return model
 
 
-def random_adapter(model: Transformer, size: float) -> dict[str, torch.Tensor]:
+def random_adapter(model: Transformer, size: float, seed: int = 5) -> dict[str, torch.Tensor]:
     """LoRA factors (training/lora.py's names and shapes) whose product is `size` of the weights' spread."""
-    gen = torch.Generator().manual_seed(5)
+    gen = torch.Generator().manual_seed(seed)
     tensors = {}
     for i in range(model.config.num_layers):
         for target in ADAPTABLE:
@@ -118,7 +121,7 @@ def test_a_checkpoints_adapter_is_served_in_int4_and_its_merged_weights_in_fp32(
 
 def test_a_weight_update_of_an_adapted_int4_matrix_is_refused_and_writes_nothing(tmp_path):
     _, base_state, adapter = trained_checkpoint(tmp_path)
-    model = Transformer(ModelConfig.debug())
+    model = Transformer(ModelConfig.debug()).init_weights(seed=3)
     model.load_state_dict(base_state)
     quantize_model(merged(model, adapter), "int4", adapter=adapter)
     before = model.layers[0].attn.qkv.packed.clone()
@@ -127,9 +130,38 @@ def test_a_weight_update_of_an_adapted_int4_matrix_is_refused_and_writes_nothing
     assert torch.equal(model.layers[0].attn.qkv.packed, before)
 
 
+def test_new_residuals_synced_into_an_engine_serve_like_an_engine_built_with_them(tmp_path):
+    """A trainer's sync after an update (training/weights.py): only the residuals move, and the
+    prompt's dense copies and the fused step follow them."""
+    _, base_state, first = trained_checkpoint(tmp_path)
+    write_adapter(tmp_path / "second", random_adapter(Transformer(ModelConfig.debug()).init_weights(seed=3), 0.2, seed=9))
+    second = read_adapter(tmp_path / "second")
+
+    def engine(adapter: dict[str, LowRank]) -> Engine:
+        model = Transformer(ModelConfig.debug()).init_weights(seed=3)
+        model.load_state_dict(base_state)
+        return Engine(quantize_model(merged(model, adapter), "int4", adapter=adapter), ByteTokenizer(), max_batch=1)
+
+    synced, built = engine(first), engine(second)
+    synced.load_weights(residual_tensors(second), version=1)
+    params = SamplingParams(max_tokens=12, ignore_eos=True, speculative=False, temperature=1.0, seed=0)
+    prompt = list(b"def median(values):")
+    [a], [b] = synced.generate([prompt], params), built.generate([prompt], params)
+    assert a.token_ids == b.token_ids and a.weight_version == 1
+    torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
+    plain = Engine(quantize_model(Transformer(ModelConfig.debug()).init_weights(seed=3), "int4"), ByteTokenizer(), max_batch=1)
+    with pytest.raises(WeightUpdateError, match="keeps no adapter"):
+        plain.load_weights(residual_tensors(second), version=1)
+    half = {k: v for k, v in residual_tensors(second).items() if not k.endswith("w2_EDF.lora_up")}
+    with pytest.raises(WeightUpdateError, match=r"w2_EDF\.lora_up is missing"):
+        synced.load_weights(half, version=2)
+    for e in (synced, built, plain):
+        e.close()
+
+
 def test_adapters_int4_cannot_keep_and_malformed_adapters_are_named(tmp_path):
     assert read_adapter(tmp_path / "absent") is None
-    model = Transformer(ModelConfig.debug())
+    model = Transformer(ModelConfig.debug()).init_weights(seed=3)
     router = LowRank(torch.zeros(RANK, 64), torch.zeros(4, RANK))
     with pytest.raises(ValueError, match=r"layers\.0\.moe\.router\.weight"):
         quantize_model(model, "int4", adapter={"layers.0.moe.router.weight": router})

@@ -62,3 +62,33 @@ async def test_attempts_become_samples_of_their_logged_tokens_with_their_reward(
         assert sample.routing is not None and sample.routing.shape == (len(sample.tokens), 2, 2)
         assert torch.equal(torch.from_numpy(sample.routing[:-1].astype("int64")),
                            torch.tensor(segment.routed_experts[:-1]))
+
+
+async def test_an_int4_rollout_engine_keeps_the_lora_beside_its_int4_weights_across_syncs(real_tokenizer, tmp_path):
+    """int4 of merged weights rounds a LoRA's change away, so the engine is built from the merged
+    weights with the residuals beside them, and later syncs copy only new residuals."""
+    from training.lora import add_lora
+    from training.weights import sync_tensors
+
+    config = replace_in(smoke(), rollout={"tasks": str(tasks_file(tmp_path)), "engine_quantize": "int4"})
+    model_config = ModelConfig.debug(vocab_size=real_tokenizer.vocab_size, max_position_embeddings=8192)
+    trained = Transformer(model_config).init_weights(seed=5)
+    add_lora(trained, rank=4, alpha=8.0, targets=("qkv", "o_proj", "w13_EFD", "w2_EDF"))
+    source = HarnessSource(config, real_tokenizer, model_config, tmp_path / "run")
+    try:
+        await source.sync(sync_tensors(trained), version=0)
+        qkv = source.engine.model.layers[0].attn.qkv
+        packed = qkv.packed.clone()
+        assert source.adapted and qkv.lora_up is not None and not qkv.lora_up.any()  # B starts at zero
+        with torch.no_grad():
+            for p in trained.parameters():
+                if p.requires_grad:  # an update: the adapters move
+                    p.add_(0.01)
+        await source.sync(sync_tensors(trained), version=1)
+        expected = trained.layers[0].attn.qkv.parametrizations.weight[0]
+        torch.testing.assert_close(qkv.lora_up, expected.lora_B.detach() * expected.scale)
+        assert torch.equal(qkv.packed, packed) and source.engine.weight_version == 1  # the base untouched
+        with pytest.raises(ValueError, match="send its residuals"):
+            await source.sync(hf_state_dict(trained), version=2)
+    finally:
+        source.close()
