@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench.machine import machine_line  # noqa: E402
 from bench.report import publish  # noqa: E402
+from model.engine import Engine  # noqa: E402
 from model.hf import load_model  # noqa: E402
 from model.home import ensure_default_model  # noqa: E402
-from model.engine import Engine  # noqa: E402
 from model.quant import Int4Linear, load_quantized, quantize_model  # noqa: E402
 from model.sampling import SamplingParams  # noqa: E402
 from model.tokenizer import Tokenizer  # noqa: E402
