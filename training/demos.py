@@ -13,11 +13,19 @@ results) exactly as for the model, executes the calls, grades the result with th
 and logs it all, token for token. So a demonstration is a trajectory the policy could have
 sampled, in its own format; the trainer reads it back from the log like any rollout.
 
-The script of a task (`gold_turns`): read the file the patch changes; one edit_file per hunk
-(old_string: the hunk's context and removed lines, new_string: its context and added lines);
-run the test file of the task's failing tests (the hidden tests are not in the workspace, so
-this runs the visible ones, and the answer's "tests pass" is backed by the log); a final answer
-naming the function and file. Only resolved demonstrations are kept.
+The script of a task (`gold_turns`) is one the policy could follow from what it sees: every
+argument is in the request or in an earlier tool result, never only in the gold patch (a script
+that reads a file the request does not name teaches the model to invent a path):
+  1. when the request does not name the file the patch changes: grep for `def FUNCTION`, the
+     function the request's failing check calls (the task's metadata, else the first `def` of the
+     patch's first hunk);
+  2. read that file (the path is in the request or the grep result);
+  3. one edit_file per hunk (old_string: the hunk's context and removed lines, new_string: its
+     context and added lines: both in the file as read);
+  4. run the workspace's tests (one fixed command: the hidden tests are not in the workspace, so
+     this runs the visible ones, and the answer's "tests pass" is backed by the log);
+  5. a final answer naming the function and file.
+Only resolved demonstrations are kept.
 
 Demonstrations have no behaviour logprobs: they are off-policy samples, trained by the
 reward-filtered likelihood term (training/loss.py choice 7), never mixed into the policy ratio.
@@ -32,12 +40,13 @@ import asyncio
 import json
 import math
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from agent.policy import Reply
 from agent.session_log import read_session
-from agent.unidiff import parse_diff
+from agent.unidiff import FileDiff, parse_diff
 from model.toolcalls import ToolCall, render_tool_calls
 from training.buffer import Sample
 from training.rewards import efficiency, score
@@ -46,23 +55,40 @@ from training.tasks import Task
 from training.trajectories import session_segments
 
 Turn = tuple[str, list[ToolCall]]
+TEST_COMMAND = "python -m pytest -q -p no:cacheprovider"
+"""The demonstrations' test run: the whole visible suite, a command the policy can always write."""
+DEF = re.compile(r"\s*(?:async\s+)?def\s+(\w+)")
 
 
 def gold_turns(task: Task) -> list[Turn]:
-    """The read -> edit -> test -> answer script of `task`'s gold patch (module docstring)."""
+    """The script of `task`'s gold patch, every argument visible to the policy (module docstring)."""
     files = [f for f in parse_diff(task.patch) if f.hunks and not f.created and not f.deleted]
     if not files:
         raise ValueError(f"{task.instance_id}: its gold patch changes no existing file")
-    reads = [ToolCall("read_file", {"path": f.path}) for f in files]
-    edits = [ToolCall("edit_file", {"path": f.path, "old_string": "\n".join(h.old).strip("\n"),
-                                    "new_string": "\n".join(h.new).strip("\n")})
-             for f in files for h in f.hunks]
-    test_files = sorted({test.split("::")[0] for test in task.FAIL_TO_PASS})
-    test = ToolCall("run_terminal", {"command": f"python -m pytest -q -p no:cacheprovider {' '.join(test_files)}"})
-    function = str(task.metadata.get("function", "")).rsplit(".", 1)[-1]
+    function = fixed_function(task, files[0])
+    turns: list[Turn] = []
+    if any(f.path not in task.problem_statement for f in files):
+        if not function or function not in task.problem_statement:
+            raise ValueError(f"{task.instance_id}: the request names neither {files[0].path} nor a function "
+                             "to find it by, so no script could reach the file from what the policy sees")
+        turns.append(("", [ToolCall("grep", {"pattern": f"def {function}"})]))
+    turns.append(("", [ToolCall("read_file", {"path": f.path}) for f in files]))
+    turns.append(("", [ToolCall("edit_file", {"path": f.path, "old_string": "\n".join(h.old).strip("\n"),
+                                              "new_string": "\n".join(h.new).strip("\n")})
+                       for f in files for h in f.hunks]))
+    turns.append(("", [ToolCall("run_terminal", {"command": TEST_COMMAND})]))
     what = f"`{function}` in `{files[0].path}`" if function else ", ".join(f"`{f.path}`" for f in files)
-    answer = f"Fixed {what}. The tests in {', '.join(test_files)} pass."
-    return [("", reads), ("", edits), ("", [test]), (answer, [])]
+    turns.append((f"Fixed {what}. The tests pass.", []))
+    return turns
+
+
+def fixed_function(task: Task, changed: FileDiff) -> str:
+    """The name of the function the patch fixes: the task's metadata (`package.module.function`),
+    else the first `def` in the first hunk's old lines; "" when neither names one."""
+    if task.metadata.get("function"):
+        return str(task.metadata["function"]).rsplit(".", 1)[-1]
+    found = next((m for line in changed.hunks[0].old if (m := DEF.match(line))), None)
+    return found.group(1) if found else ""
 
 
 class ScriptPolicy:
