@@ -53,6 +53,8 @@ from agent.textfile import (
     restore_newlines,
 )
 
+NAME_MAX = 255
+"""The longest file or folder name Linux file systems take, in bytes (a longer one: ENAMETOOLONG)."""
 ALWAYS_SKIPPED = frozenset({".git", ".composer"})
 """Directory names never listed: git's store and Composer's own index."""
 
@@ -198,6 +200,12 @@ class Workspace:
                 f"{self.display_root} (use a path relative to it, like 'src/main.py')"
             )
         rel = rel.replace(os.sep, "/")
+        longest = max(rel.split("/"), key=lambda part: len(os.fsencode(part)))
+        if len(os.fsencode(longest)) > NAME_MAX:
+            raise WorkspaceError(
+                f"{text[:80]!r}... has a name of {len(os.fsencode(longest))} bytes; file names are at most "
+                f"{NAME_MAX} bytes, so no such file can exist (give the path as the request or a listing spells it)"
+            )
         if rel != ".":
             self._check_symlinks(text, rel)
         return rel

@@ -136,6 +136,8 @@ def test_directory_and_missing_paths(ws: Workspace, root: Path) -> None:
         ws.read_text("nope/x.py")
     with pytest.raises(WorkspaceError, match="NUL"):
         ws.resolve("a\x00b")
+    with pytest.raises(WorkspaceError, match="has a name of 1197 bytes; file names are at most 255"):
+        ws.read_text("date." + "parser." * 170 + "py")  # a model's runaway path: not "failed unexpectedly"
 
 
 # ---- overlay ---------------------------------------------------------------------------------
