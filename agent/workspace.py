@@ -200,11 +200,11 @@ class Workspace:
                 f"{self.display_root} (use a path relative to it, like 'src/main.py')"
             )
         rel = rel.replace(os.sep, "/")
-        longest = max(rel.split("/"), key=lambda part: len(os.fsencode(part)))
-        if len(os.fsencode(longest)) > NAME_MAX:
+        longest = max(len(os.fsencode(part)) for part in rel.split("/"))
+        if longest > NAME_MAX:
             raise WorkspaceError(
-                f"{text[:80]!r}... has a name of {len(os.fsencode(longest))} bytes; file names are at most "
-                f"{NAME_MAX} bytes, so no such file can exist (give the path as the request or a listing spells it)"
+                f"{text[:80]!r} has a name of {longest} bytes; file names are at most {NAME_MAX} bytes, "
+                "so no such file can exist (give the path as the request or a listing spells it)"
             )
         if rel != ".":
             self._check_symlinks(text, rel)
