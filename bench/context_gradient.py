@@ -18,6 +18,7 @@ docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import tempfile
 import time
@@ -31,7 +32,7 @@ from bench.machine import load_average, machine_line  # noqa: E402
 from bench.report import publish  # noqa: E402
 from training.buffer import Group  # noqa: E402
 from training.config import PRESETS, replace_in  # noqa: E402
-from training.demos import cached_demonstrations  # noqa: E402
+from training.demos import gold_demonstrations  # noqa: E402
 from training.harness_rollout import ordered_tasks  # noqa: E402
 from training.rl import load_tokenizer  # noqa: E402
 from training.trainer import Trainer, load_policy  # noqa: E402
@@ -76,7 +77,7 @@ def main() -> None:
     tokenizer = load_tokenizer(config)
     tasks = ordered_tasks(config.rollout.tasks, config.train.seed)[: args.demos]
     with tempfile.TemporaryDirectory(prefix="composer-bench-demos-") as tmp:
-        demos = cached_demonstrations(tasks, tokenizer, Path(tmp))
+        demos = asyncio.run(gold_demonstrations(tasks, tokenizer, Path(tmp)))
     trainer = Trainer(config, load_policy(config.model, config.train.seed))
     exact, exact_grads = measure(trainer, demos, context_gradient=True)
     detached, detached_grads = measure(trainer, demos, context_gradient=False)

@@ -145,10 +145,13 @@ class TrainConfig:
     """Demonstrations: "gold" synthesises read -> edit -> test -> answer trajectories from the
     train tasks' gold patches; "endpoint" logs a stronger model served at `endpoint`."""
     warm_start_tasks: int = 64
-    """How many train tasks' gold patches the "gold" warm start acts out (the first in the run's
-    task order; the rest stay for RL to meet first)."""
+    """How many train tasks the warm start acts out (the first in the run's task order; the rest
+    stay for RL to meet first)."""
     endpoint: str = ""
-    """OpenAI-compatible URL of the stronger model for warm_start="endpoint"."""
+    """OpenAI-compatible base URL of the stronger model for warm_start="endpoint"
+    (training/teacher.py: its attempts, re-rendered in the policy's tokens; resolved ones kept)."""
+    endpoint_model: str = ""
+    """The model name to ask `endpoint` for ("": the server's first)."""
     device: str = "cpu"
     """Trainer device (cuda under torchrun)."""
 
@@ -237,7 +240,9 @@ def cpu() -> RLConfig:
         # The warm start measured on 2026-12-03 (with --model.no-context-gradient, fp32, ~135 s a
         # step on 2 AVX2 cores): 40 steps of 4 of 64 demonstrations (2.5 epochs) at 3e-4, sft loss
         # 1.69 -> 0.08; the first call on 16 held-out tasks right 15 times (one epoch: once, the
-        # tool name's token still at the base's prior). bench/first_call.py, docs/benchmarks.md.
+        # tool name's token still at the base's prior). 20 more steps on the one-line edits the
+        # scripts quote now: 16 of 16, but no edit yet applies. bench/gold_moves.py,
+        # docs/benchmarks.md.
         # A group's prompt is packed once, its samples behind it, in 12k-token micro-batches.
         train={"steps": 40, "warm_start": "gold", "warm_start_steps": 40, "warm_start_batch": 4,
                "warm_start_lr": 3e-4, "warm_start_tasks": 64, "micro_batch_tokens": 12288},

@@ -1,9 +1,11 @@
 """Warm-start demonstrations from the tasks' gold patches: each train task's fix, acted out in the
 agent harness as read -> edit -> test -> answer, recorded in the harness's exact token format.
+(`act_out` and `rendered_ids` serve the stronger-model source too: training/teacher.py.)
 
     samples = await gold_demonstrations(tasks, tokenizer, run_dir / "demos")
     trainer.update([Group(-1, -1, samples)], step)      # training.rl's warm start
-    samples = cached_demonstrations(tasks, tokenizer, run_dir / "demos")   # built once per run
+    samples = cached_demonstrations(run_dir / "demos",                     # built once per run
+                                    lambda d: gold_demonstrations(tasks, tokenizer, d))
 
 A scripted, token-native policy (`ScriptPolicy`) plays the model: its replies are what the model
 would write (content, then each call as a `<tool_call>` block, then the end-of-turn token),
@@ -20,8 +22,8 @@ that reads a file the request does not name teaches the model to invent a path):
      function the request's failing check calls (the task's metadata, else the first `def` of the
      patch's first hunk);
   2. read that file (the path is in the request or the grep result);
-  3. one edit_file per hunk (old_string: the hunk's context and removed lines, new_string: its
-     context and added lines: both in the file as read);
+  3. one edit_file per hunk: its changed lines and as few context lines as make old_string
+     unique in the file (`smallest_edits`), so the policy quotes one line where it can;
   4. run the workspace's tests (one fixed command: the hidden tests are not in the workspace, so
      this runs the visible ones, and the answer's "tests pass" is backed by the log);
   5. a final answer naming the function and file.
@@ -41,8 +43,10 @@ import json
 import math
 import os
 import re
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from agent.policy import Reply
 from agent.session_log import read_session
@@ -51,7 +55,7 @@ from model.toolcalls import ToolCall, render_tool_calls
 from training.buffer import Sample
 from training.rewards import efficiency, score
 from training.run import RunConfig, TaskRun, run_tasks
-from training.tasks import Task
+from training.tasks import Task, materialize
 from training.trajectories import session_segments
 
 Turn = tuple[str, list[ToolCall]]
@@ -73,13 +77,46 @@ def gold_turns(task: Task) -> list[Turn]:
                              "to find it by, so no script could reach the file from what the policy sees")
         turns.append(("", [ToolCall("grep", {"pattern": f"def {function}"})]))
     turns.append(("", [ToolCall("read_file", {"path": f.path}) for f in files]))
-    turns.append(("", [ToolCall("edit_file", {"path": f.path, "old_string": "\n".join(h.old).strip("\n"),
-                                              "new_string": "\n".join(h.new).strip("\n")})
-                       for f in files for h in f.hunks]))
+    texts = starting_texts(task, [f.path for f in files])
+    turns.append(("", [ToolCall("edit_file", {"path": f.path, "old_string": old, "new_string": new})
+                       for f in files for old, new in smallest_edits(f, texts[f.path])]))
     turns.append(("", [ToolCall("run_terminal", {"command": TEST_COMMAND})]))
     what = f"`{function}` in `{files[0].path}`" if function else ", ".join(f"`{f.path}`" for f in files)
     turns.append((f"Fixed {what}. The tests pass.", []))
     return turns
+
+
+def starting_texts(task: Task, paths: list[str]) -> dict[str, str]:
+    """The text of each of `paths` in the task's starting workspace (built in a scratch directory)."""
+    with tempfile.TemporaryDirectory(prefix="composer-demo-") as scratch:
+        root = materialize(task, Path(scratch) / "workspace")
+        return {path: (root / path).read_text(encoding="utf-8") for path in paths}
+
+
+def smallest_edits(changed: FileDiff, text: str) -> list[tuple[str, str]]:
+    """(old_string, new_string) for each hunk of `changed`, applied in order to `text`: the
+    changed lines, widened by context lines (one below, then one above, ...) until old_string
+    occurs once in the file as it stands. The fewer lines an edit quotes, the fewer tokens the
+    policy must copy exactly from what it read (quoting whole 7-line hunks, the warm-started
+    model wrote old_strings that were not in the file in 24 of 31 edits)."""
+    edits = []
+    for hunk in changed.hunks:
+        lines = hunk.lines
+        marked = [i for i, line in enumerate(lines) if line[:1] in "+-"]
+        lo, hi = marked[0], marked[-1] + 1
+        while True:
+            old = "\n".join(line[1:] for line in lines[lo:hi] if line[:1] in " -")
+            if (old.strip() and text.count(old) == 1) or (lo == 0 and hi == len(lines)):
+                break
+            below, above = hi - 1 - marked[-1], marked[0] - lo
+            if hi < len(lines) and (below <= above or lo == 0):
+                hi += 1
+            else:
+                lo -= 1
+        new = "\n".join(line[1:] for line in lines[lo:hi] if line[:1] in " +")
+        edits.append((old, new))
+        text = text.replace(old, new, 1)
+    return edits
 
 
 def fixed_function(task: Task, changed: FileDiff) -> str:
@@ -89,6 +126,13 @@ def fixed_function(task: Task, changed: FileDiff) -> str:
         return str(task.metadata["function"]).rsplit(".", 1)[-1]
     found = next((m for line in changed.hunks[0].old if (m := DEF.match(line))), None)
     return found.group(1) if found else ""
+
+
+def rendered_ids(tokenizer, content: str, calls: Sequence[ToolCall]) -> list[int]:
+    """A reply's completion as the model writes it: the content, then each call as a
+    `<tool_call>` block, then the end-of-turn token."""
+    text = "\n".join(part for part in (content, render_tool_calls(list(calls))) if part)
+    return [*tokenizer.encode(text), tokenizer.stop_token_ids[0]]
 
 
 class ScriptPolicy:
@@ -105,14 +149,10 @@ class ScriptPolicy:
     def count_tokens(self, messages, tools) -> int:
         return len(self.tokenizer.encode_chat(list(messages), tools=list(tools) or None))
 
-    def completion_ids(self, content: str, calls: list[ToolCall]) -> list[int]:
-        text = "\n".join(part for part in (content, render_tool_calls(calls)) if part)
-        return [*self.tokenizer.encode(text), self.tokenizer.stop_token_ids[0]]
-
     async def complete(self, messages, tools, *, max_tokens, temperature=0.0, top_p=1.0, seed=None,
                        on_text=None, prompt_ids=None) -> Reply:
         content, calls = self.turns.pop(0) if self.turns else ("Done.", [])
-        ids = self.completion_ids(content, calls)
+        ids = rendered_ids(self.tokenizer, content, calls)
         if on_text is not None and content:
             on_text(content)
         prompt = list(prompt_ids or [])
@@ -142,35 +182,45 @@ def demonstration_samples(run: TaskRun) -> list[Sample]:
     return out
 
 
-async def gold_demonstrations(tasks: Sequence[Task], tokenizer, run_dir: Path, *, parallel: int = 2,
-                              context_window: int = 8192) -> list[Sample]:
-    """Acts out every task's gold patch in the harness (logs under `run_dir`/sessions) and
-    returns the resolved ones' Samples; ValueError when none resolved."""
-    run_dir = Path(run_dir)
-    config = RunConfig(log_dir=run_dir / "sessions",
-                       state_dir=str(run_dir / "envs" / "state"), base_dir=str(run_dir / "envs" / "bases"))
-    policies = {t.instance_id: ScriptPolicy(tokenizer, gold_turns(t), context_window=context_window) for t in tasks}
+def run_config_in(run_dir: Path) -> RunConfig:
+    """Runs whose logs, environment state and bases all live under `run_dir`."""
+    return RunConfig(log_dir=run_dir / "sessions", state_dir=str(run_dir / "envs" / "state"),
+                     base_dir=str(run_dir / "envs" / "bases"))
+
+
+async def act_out(tasks: Sequence[Task], policy_for: Callable[[Task], Any], run_dir: Path, *, parallel: int = 2,
+                  what: str = "demonstration") -> list[Sample]:
+    """Runs `policy_for(task)` on every task in the harness (logs under `run_dir`/sessions) and
+    returns the resolved runs' Samples; ValueError when none resolved."""
+    config = run_config_in(Path(run_dir))
     gate = asyncio.Semaphore(parallel)
 
     async def one(task: Task) -> list[TaskRun]:
         async with gate:
-            return await run_tasks([task], policies[task.instance_id], config=config, parallel=1)
+            return await run_tasks([task], policy_for(task), config=config, parallel=1)
 
     runs = await asyncio.gather(*(one(t) for t in tasks))
     samples = [s for batch in runs for run in batch for s in demonstration_samples(run)]
     if not samples:
-        raise ValueError(f"no gold demonstration of {len(tasks)} tasks resolved; see the logs in {run_dir}/sessions")
+        raise ValueError(f"no {what} of {len(tasks)} tasks resolved; see the logs in {run_dir}/sessions")
     return samples
 
 
+async def gold_demonstrations(tasks: Sequence[Task], tokenizer, run_dir: Path, *, parallel: int = 2,
+                              context_window: int = 8192) -> list[Sample]:
+    """Every task's gold patch acted out in the harness (`act_out`)."""
+    scripts = {t.instance_id: gold_turns(t) for t in tasks}
+    return await act_out(tasks, lambda t: ScriptPolicy(tokenizer, scripts[t.instance_id], context_window=context_window),
+                         run_dir, parallel=parallel, what="gold demonstration")
 
-def cached_demonstrations(tasks: Sequence[Task], tokenizer, directory: Path) -> list[Sample]:
-    """`gold_demonstrations`, kept in `directory`/demonstrations.jsonl (written atomically) so a
-    resumed run reads them instead of acting them out again."""
+
+def cached_demonstrations(directory: Path, build: Callable[[Path], Awaitable[list[Sample]]]) -> list[Sample]:
+    """`await build(directory)`'s demonstrations, kept in `directory`/demonstrations.jsonl
+    (written atomically) so a resumed run reads them instead of acting them out again."""
     path = Path(directory) / "demonstrations.jsonl"
     if path.is_file():
         return [Sample.from_json(json.loads(line)) for line in path.read_text().splitlines() if line]
-    samples = asyncio.run(gold_demonstrations(tasks, tokenizer, Path(directory)))
+    samples = asyncio.run(build(Path(directory)))
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(json.dumps(s.to_json()) + "\n" for s in samples))
     os.replace(tmp, path)

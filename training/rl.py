@@ -148,20 +148,31 @@ def warm_start(run: Run, progress) -> None:
 
 
 def demonstrations(run: Run) -> list:
-    """The warm start's samples: the toy task's, or the gold patches of the first
-    `train.warm_start_tasks` train tasks acted out in the harness (training/demos.py)."""
+    """The warm start's samples: the toy task's, or the first `train.warm_start_tasks` train
+    tasks (in the run's order) acted out in the harness, from their gold patches
+    (training/demos.py) or by the stronger model at `train.endpoint` (training/teacher.py); built
+    once and kept in RUN/demos for resumes."""
     cfg = run.config
-    if cfg.train.warm_start != "gold":
-        raise ValueError(f"warm start {cfg.train.warm_start!r} is not available in this build (gold is)")
+    if cfg.train.warm_start not in ("gold", "endpoint"):
+        raise ValueError(f"warm start {cfg.train.warm_start!r}: use gold or endpoint")
     if cfg.rollout.tasks == "toy":
+        if cfg.train.warm_start != "gold":
+            raise ValueError("the toy task has gold demonstrations only (--train.warm-start gold)")
         from training.toy import demonstrations as toy_demonstrations
 
         return toy_demonstrations(run.tokenizer)
-    from training.demos import cached_demonstrations
+    from training.demos import cached_demonstrations, gold_demonstrations
     from training.harness_rollout import ordered_tasks
 
+    if cfg.train.warm_start == "endpoint" and not cfg.train.endpoint:
+        raise ValueError("--train.warm-start endpoint needs --train.endpoint URL (an OpenAI-compatible base URL)")
     tasks = ordered_tasks(cfg.rollout.tasks, cfg.train.seed)[: cfg.train.warm_start_tasks]
-    return cached_demonstrations(tasks, run.tokenizer, run.dir / "demos")
+    if cfg.train.warm_start == "gold":
+        return cached_demonstrations(run.dir / "demos", lambda d: gold_demonstrations(tasks, run.tokenizer, d))
+    from training.teacher import endpoint_demonstrations
+
+    return cached_demonstrations(run.dir / "demos", lambda d: endpoint_demonstrations(
+        tasks, run.tokenizer, d, cfg.train.endpoint, model=cfg.train.endpoint_model or None))
 
 
 async def reinforce(run: Run, progress) -> None:

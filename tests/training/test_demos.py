@@ -12,7 +12,8 @@ import pytest
 from add_task import add_task_line
 
 from agent.session_log import read_session
-from training.demos import ScriptPolicy, gold_demonstrations, gold_turns
+from agent.unidiff import parse_diff
+from training.demos import gold_demonstrations, gold_turns, rendered_ids, smallest_edits
 from training.tasks import load_tasks
 
 
@@ -36,8 +37,9 @@ async def test_gold_patches_become_resolved_token_exact_demonstrations(real_toke
         assert_every_argument_was_visible(records)
         calls = [r["name"] for r in records if r["type"] == "tool_call"]
         assert calls == (["grep"] if task.instance_id == "unnamed" else []) + ["read_file", "edit_file", "run_terminal"]
-        script = ScriptPolicy(real_tokenizer, gold_turns(task))
-        expected.append([i for content, calls in gold_turns(task) for i in script.completion_ids(content, calls)])
+        edit = next(r["arguments"] for r in records if r.get("name") == "edit_file")
+        assert (edit["old_string"], edit["new_string"]) == ("    return a - b", "    return a + b")
+        expected.append([i for content, calls in gold_turns(task) for i in rendered_ids(real_tokenizer, content, calls)])
     trained = [[t for t, m in zip(s.tokens, s.mask, strict=True) if m] for s in samples]
     assert sorted(trained) == sorted(expected)
     assert real_tokenizer.decode(expected[0]).count("<tool_call>") >= 3
@@ -64,3 +66,16 @@ def test_a_request_without_the_path_or_a_function_gets_a_clear_error(tmp_path):
     (tmp_path / "tasks.jsonl").write_text(json.dumps(add_task_line(tmp_path, problem_statement="it is broken")) + "\n")
     with pytest.raises(ValueError, match=r"names neither pkg/__init__\.py nor a function"):
         gold_turns(load_tasks(tmp_path / "tasks.jsonl")[0])
+
+
+def test_an_edit_quotes_the_changed_lines_and_only_the_context_that_makes_them_unique():
+    text = "def f(x):\n    y = x\n    return y\n\n\ndef g(x):\n    y = x\n    return y + 1\n"
+    diff = parse_diff("diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1,8 +1,8 @@\n def f(x):\n"
+                      "     y = x\n     return y\n \n \n def g(x):\n-    y = x\n+    y = -x\n     return y + 1\n")
+    [(old, new)] = smallest_edits(diff[0], text)
+    assert (old, new) == ("    y = x\n    return y + 1", "    y = -x\n    return y + 1")
+    assert text.count(old) == 1
+    unique = text.replace("    y = x\n    return y + 1", "    z = x\n    return z + 1")
+    diff = parse_diff("diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -6,3 +6,3 @@\n def g(x):\n"
+                      "-    z = x\n+    z = -x\n     return z + 1\n")
+    assert smallest_edits(diff[0], unique) == [("    z = x", "    z = -x")]

@@ -111,6 +111,6 @@ EXPECTED_FLAGS = [
     "buffer.no-drop-zero-advantage",
     "train.steps", "train.seed", "train.micro-batch-tokens", "train.warm-start-steps", "train.warm-start-batch",
     "train.warm-start-lr", "train.warm-start",
-    "train.warm-start-tasks", "train.endpoint", "train.device",
+    "train.warm-start-tasks", "train.endpoint", "train.endpoint-model", "train.device",
     "checkpoint.dir", "checkpoint.every", "checkpoint.keep", "checkpoint.resume", "checkpoint.no-resume",
 ]

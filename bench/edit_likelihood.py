@@ -1,0 +1,108 @@
+"""How likely a checkpoint is to write the gold edit, teacher-forced: at the harness's real prompt
+before the gold script's edit (bench/gold_moves.py's scenes), the trainer's logprobs
+(model.transformer.completion_logprobs, full precision, T = 1: the sampling distribution RL
+explores) of the gold edit turn's tokens, summed over three spans:
+
+  old_string   the quoted line(s), copied from the file the policy just read
+  new_string   the fixed line(s)
+  format       everything else: the tool call's opening, name, path, closing, end of turn
+
+and the first old_string token alone (which line to quote starts there). The whole turn's
+probability is the chance one sample writes exactly the gold edit.
+
+    python bench/edit_likelihood.py --policy composer-mini --policy runs/cpu/final [--tasks 16] [--no-write]
+
+Writes bench/results/edit_likelihood.json and its block in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.gold_moves import Scene, picked, scenes  # noqa: E402
+from bench.machine import machine_line  # noqa: E402
+from bench.report import publish  # noqa: E402
+from model.hf import load_model  # noqa: E402
+from model.home import DEFAULT_MODEL, ensure_default_model  # noqa: E402
+from model.tokenizer import Tokenizer  # noqa: E402
+from model.transformer import completion_logprobs  # noqa: E402
+from training.demos import rendered_ids  # noqa: E402
+
+OLD, NEW = '"old_string": "', '"new_string": "'
+
+
+def spans(tokenizer, ids: list[int]) -> tuple[list[int], list[int]]:
+    """The positions of the tokens that start inside the (first) edit's old_string value and
+    inside its new_string value (a token that starts at a value's closing quote counts in)."""
+    starts = [len(tokenizer.decode(ids[:k])) for k in range(len(ids))]
+    text = tokenizer.decode(ids)
+    old_at, new_key = text.index(OLD) + len(OLD), text.index(NEW)
+    new_at, new_end = new_key + len(NEW), text.rindex('"}}')
+    return ([k for k, at in enumerate(starts) if old_at <= at < new_key],
+            [k for k, at in enumerate(starts) if new_at <= at < new_end])
+
+
+def likelihood(model, tokenizer, scene: Scene) -> dict[str, Any]:
+    content, calls = scene.turns[scene.edit_turn]
+    ids = rendered_ids(tokenizer, content, calls)
+    with torch.no_grad():
+        lp = completion_logprobs(model, scene.prompts[scene.edit_turn], ids).tolist()
+    old, new = spans(tokenizer, ids)
+    row = {"whole": sum(lp), "old_string": sum(lp[k] for k in old), "new_string": sum(lp[k] for k in new),
+           "old_first": lp[old[0]], "old_tokens": len(old), "new_tokens": len(new)}
+    row["format"] = row["whole"] - row["old_string"] - row["new_string"]
+    return row
+
+
+def measure(path: str, tokenizer, cases: list[Scene]) -> dict[str, Any]:
+    model = load_model(ensure_default_model() if path == DEFAULT_MODEL else Path(path)).float().eval()
+    rows = [likelihood(model, tokenizer, scene) for scene in cases]
+    mean = {key: statistics.fmean(r[key] for r in rows) for key in ("whole", "old_string", "new_string", "format", "old_first")}
+    return {**mean, "p_whole_median": math.exp(statistics.median(r["whole"] for r in rows)),
+            "old_nats_per_token": -sum(r["old_string"] for r in rows) / sum(r["old_tokens"] for r in rows),
+            "rows": rows}
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = ["| checkpoint | whole edit turn | old_string | new_string | format | first old_string token "
+             "| old_string per token | P(the gold edit), median |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for path, r in results["policies"].items():
+        lines.append(f"| {path} | {-r['whole']:.1f} | {-r['old_string']:.1f} | {-r['new_string']:.1f} | "
+                     f"{-r['format']:.2f} | {-r['old_first']:.2f} | {r['old_nats_per_token']:.2f} | "
+                     f"{r['p_whole_median']:.1e} |")
+    return "\n".join(lines) + "\n\nNats (negative logprobs) summed over each span, mean over the tasks.\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--policy", action="append", required=True, help="a checkpoint directory or composer-mini (repeat)")
+    ap.add_argument("--suite", default="bugfix-heldout")
+    ap.add_argument("--tasks", type=int, default=16, help="tasks spread evenly over the suite")
+    ap.add_argument("--no-write", action="store_true", help="print only")
+    args = ap.parse_args(argv)
+    torch.set_grad_enabled(False)
+    tokenizer = Tokenizer.from_dir(ensure_default_model())
+    tasks = picked(args.suite, args.tasks, 0, 0)
+    with tempfile.TemporaryDirectory(prefix="edit-likelihood-") as work:
+        cases = scenes(tasks, tokenizer, Path(work))
+    results = {"machine": machine_line(), "suite": args.suite, "instances": [t.instance_id for t in tasks],
+               "policies": {path: measure(path, tokenizer, cases) for path in args.policy}}
+    meta = (f"{results['machine']}; {len(tasks)} `{args.suite}` tasks spread over the suite (bench/gold_moves.py's); "
+            "full precision, T = 1.")
+    publish("edit_likelihood", f"Edit likelihood: {args.suite}", results, table(results), meta, write=not args.no_write)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
