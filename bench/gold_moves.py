@@ -15,7 +15,7 @@ it, the tool-call constraint: agent.policy.EnginePolicy), greedy:
                   `<tool_call>\\n{"name": "` (teacher-forced; 20 alternatives are returned, so a
                   probability below the 20th is reported as that bound)
   edit:  applies  given the gold script's turns up to its edit, the reply's edit_file calls all
-                  apply (each old_string once in the file as it stands, new_string different)
+                  apply, by edit_file's own rule (agent/tools/files.py plan_edit)
          fixes    ... and leave the files as the gold patch does
 
     python bench/gold_moves.py --policy composer-mini --policy runs/cpu/final \\
@@ -41,6 +41,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from agent.policy import EnginePolicy  # noqa: E402
+from agent.tools.base import ToolError  # noqa: E402
+from agent.tools.files import plan_edit  # noqa: E402
 from bench.machine import machine_line  # noqa: E402
 from bench.report import publish  # noqa: E402
 from model.engine import Engine  # noqa: E402
@@ -114,16 +116,18 @@ def scenes(tasks: list[Task], tokenizer, work: Path) -> list[Scene]:
 
 
 def edited(texts: dict[str, str], calls: list[ToolCall]) -> dict[str, str] | None:
-    """`texts` after `calls` (edit_file only) as the tool applies them: each old_string once in
-    its file, new_string different; None when one does not apply."""
+    """`texts` after `calls` (edit_file only), each applied by the tool's own rule
+    (agent.tools.files.plan_edit: once verbatim, else once ignoring whitespace; new_string
+    different); None when one does not apply."""
     out = dict(texts)
     for call in calls:
         path, old, new = (call.arguments.get(k) for k in ("path", "old_string", "new_string"))
-        if not isinstance(old, str) or not isinstance(new, str) or path not in out or old == new:
+        if not isinstance(old, str) or not isinstance(new, str) or path not in out or not old or old == new:
             return None
-        if not old or out[path].count(old) != 1:
+        try:
+            out[path] = plan_edit(out[path], old, new, bool(call.arguments.get("replace_all")), path).new_text
+        except ToolError:
             return None
-        out[path] = out[path].replace(old, new, 1)
     return out
 
 
