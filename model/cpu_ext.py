@@ -6,7 +6,8 @@ It compiles on first use (about a minute with g++ and ninja; longer on a busy ma
 `$COMPOSER_HOME/torch_extensions/<torch, Python, ISA and a hash of the sources>/` and loads from
 there afterwards (checkouts with other sources build their own). The
 ISA flags follow this CPU (/proc/cpuinfo): AVX-512 where it has AVX512F/BW/VL/DQ, else AVX2 with
-FMA, else none; oneDNN picks AMX or AVX512-BF16 inside brgemm at run time. When it cannot build
+FMA, else none (and AVX512-BF16's rounding instruction where the CPU has it); oneDNN picks AMX or
+AVX512-BF16 inside brgemm at run time. When it cannot build
 (no compiler, an error) `load_extension` raises ExtensionUnavailable with the reason, and the
 engine runs without it (model/kernels.py).
 
@@ -51,8 +52,11 @@ def isa() -> tuple[str, list[str]]:
     """(name, compiler flags) for this CPU's widest vector ISA that torch's vector headers know."""
     flags = cpu_flags()
     if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"} <= flags:
-        return "avx512", ["-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq",
-                          "-DCPU_CAPABILITY_AVX512", "-DCPU_CAPABILITY=AVX512"]
+        avx512 = ["-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq",
+                  "-DCPU_CAPABILITY_AVX512", "-DCPU_CAPABILITY=AVX512"]
+        if "avx512_bf16" in flags:  # one instruction rounds 32 fp32 values to bf16 (kernels.cpp)
+            return "avx512bf16", [*avx512, "-mavx512bf16", "-DCOMPOSER_AVX512BF16"]
+        return "avx512", avx512
     if {"avx2", "fma"} <= flags:
         return "avx2", ["-mavx2", "-mfma", "-DCPU_CAPABILITY_AVX2", "-DCPU_CAPABILITY=AVX2"]
     return "default", ["-DCPU_CAPABILITY=DEFAULT"]
