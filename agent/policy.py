@@ -139,7 +139,7 @@ class EnginePolicy:
         self.record_routing = record_routing
 
     def count_tokens(self, messages: Sequence[dict], tools: Sequence[dict]) -> int:
-        return len(self.engine.tokenizer.encode_chat(list(messages), tools=list(tools) or None))
+        return len(self.engine.tokenizer.encode_prompt(messages, tools))
 
     async def complete(self, messages, tools, *, max_tokens, temperature=0.0, top_p=1.0, seed=None,
                        on_text=None, prompt_ids=None) -> Reply:
@@ -228,7 +228,7 @@ class EndpointPolicy:
 
     def count_tokens(self, messages: Sequence[dict], tools: Sequence[dict]) -> int:
         if self.tokenizer is not None:
-            return len(self.tokenizer.encode_chat(list(messages), tools=list(tools) or None))
+            return len(self.tokenizer.encode_prompt(messages, tools))
         return len(json.dumps([list(messages), list(tools)])) // 3  # a conservative estimate
 
     async def complete(self, messages, tools, *, max_tokens, temperature=0.0, top_p=1.0, seed=None,

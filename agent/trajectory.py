@@ -90,7 +90,7 @@ class TokenStream:
         """The whole conversation rendered from its text; it still shares the ids it starts with
         with the last call (a log stores only the rest)."""
         self.tools_key = json.dumps(list(tools))
-        ids = self.tokenizer.encode_chat(list(messages), tools=list(tools) or None)
+        ids = self.tokenizer.encode_prompt(messages, tools)
         if self.call_id is None:
             return Prompt(ids, None, 0, reason, 0)
         shared = common_prefix(self.ids, ids)

@@ -401,6 +401,11 @@ class Tokenizer:
     ) -> list[int]:
         return self.encode(self.render_chat(messages, tools, add_generation_prompt, **kwargs))
 
+    def encode_prompt(self, messages: Iterable[Mapping[str, Any]], tools: Iterable[Mapping[str, Any]] = ()) -> list[int]:
+        """The generation prompt a policy is asked: the messages after the tool schemas (none
+        rendered when `tools` is empty)."""
+        return self.encode_chat(list(messages), tools=list(tools) or None)
+
 
 _PROBE_TURNS = ({"role": "system", "content": "S"}, {"role": "user", "content": "U"},
                 {"role": "assistant", "content": _PROBE})

@@ -147,7 +147,7 @@ class ScriptPolicy:
         self.model_id, self.context_window = model_id, context_window
 
     def count_tokens(self, messages, tools) -> int:
-        return len(self.tokenizer.encode_chat(list(messages), tools=list(tools) or None))
+        return len(self.tokenizer.encode_prompt(messages, tools))
 
     async def complete(self, messages, tools, *, max_tokens, temperature=0.0, top_p=1.0, seed=None,
                        on_text=None, prompt_ids=None) -> Reply:

@@ -48,14 +48,14 @@ class TeacherPolicy:
         await self.teacher.aclose()
 
     def count_tokens(self, messages, tools) -> int:
-        return len(self.tokenizer.encode_chat(list(messages), tools=list(tools) or None))
+        return len(self.tokenizer.encode_prompt(messages, tools))
 
     async def complete(self, messages, tools, *, max_tokens, temperature=0.0, top_p=1.0, seed=None,
                        on_text=None, prompt_ids=None) -> Reply:
         said = await self.teacher.complete(messages, tools, max_tokens=max_tokens, temperature=temperature,
                                            top_p=top_p, seed=seed, on_text=on_text)
         ids = rendered_ids(self.tokenizer, said.content, said.tool_calls)
-        prompt = list(prompt_ids) if prompt_ids is not None else self.tokenizer.encode_chat(list(messages), tools=list(tools) or None)
+        prompt = list(prompt_ids) if prompt_ids is not None else self.tokenizer.encode_prompt(messages, tools)
         return Reply(content=said.content, tool_calls=list(said.tool_calls), tool_call_errors=list(said.tool_call_errors),
                      finish_reason=said.finish_reason, prompt_token_ids=prompt, completion_token_ids=ids,
                      prompt_tokens=len(prompt), completion_tokens=len(ids), seconds=said.seconds, weight_version=-1,
