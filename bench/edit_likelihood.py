@@ -7,7 +7,8 @@ explores) of the gold edit turn's tokens, summed over three spans:
   new_string   the fixed line(s)
   format       everything else: the tool call's opening, name, path, closing, end of turn
 
-and the first old_string token alone (which line to quote starts there). The whole turn's
+and two parts of old_string: its first token (which line to quote starts there) and its tokens
+after the first word, where the line is chosen and what is left is copying it. The whole turn's
 probability is the chance one sample writes exactly the gold edit.
 
     python bench/edit_likelihood.py --policy composer-mini --policy runs/cpu/final [--tasks 16] [--no-write]
@@ -58,8 +59,12 @@ def likelihood(model, tokenizer, scene: Scene) -> dict[str, Any]:
     with torch.no_grad():
         lp = completion_logprobs(model, scene.prompts[scene.edit_turn], ids).tolist()
     old, new = spans(tokenizer, ids)
+    word = next(i for i, k in enumerate(old) if tokenizer.decode([ids[k]]).strip())
+    copied = old[word + 1:]
     row = {"whole": sum(lp), "old_string": sum(lp[k] for k in old), "new_string": sum(lp[k] for k in new),
-           "old_first": lp[old[0]], "old_tokens": len(old), "new_tokens": len(new)}
+           "old_first": lp[old[0]], "old_copied": sum(lp[k] for k in copied), "old_tokens": len(old),
+           "copied_tokens": len(copied), "new_tokens": len(new),
+           "old_token_nats": [[tokenizer.decode([ids[k]]), round(-lp[k], 3)] for k in old]}
     row["format"] = row["whole"] - row["old_string"] - row["new_string"]
     return row
 
@@ -70,16 +75,18 @@ def measure(path: str, tokenizer, cases: list[Scene]) -> dict[str, Any]:
     mean = {key: statistics.fmean(r[key] for r in rows) for key in ("whole", "old_string", "new_string", "format", "old_first")}
     return {**mean, "p_whole_median": math.exp(statistics.median(r["whole"] for r in rows)),
             "old_nats_per_token": -sum(r["old_string"] for r in rows) / sum(r["old_tokens"] for r in rows),
+            "copied_nats_per_token": -sum(r["old_copied"] for r in rows) / sum(r["copied_tokens"] for r in rows),
             "rows": rows}
 
 
 def table(results: dict[str, Any]) -> str:
     lines = ["| checkpoint | whole edit turn | old_string | new_string | format | first old_string token "
-             "| old_string per token | P(the gold edit), median |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| old_string per token | after its first word, per token | P(the gold edit), median |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for path, r in results["policies"].items():
         lines.append(f"| {path} | {-r['whole']:.1f} | {-r['old_string']:.1f} | {-r['new_string']:.1f} | "
                      f"{-r['format']:.2f} | {-r['old_first']:.2f} | {r['old_nats_per_token']:.2f} | "
+                     f"{r['copied_nats_per_token']:.2f} | "
                      f"{r['p_whole_median']:.1e} |")
     return "\n".join(lines) + "\n\nNats (negative logprobs) summed over each span, mean over the tasks.\n"
 

@@ -18,10 +18,13 @@ sampled, in its own format; the trainer reads it back from the log like any roll
 The script of a task (`gold_turns`) is one the policy could follow from what it sees: every
 argument is in the request or in an earlier tool result, never only in the gold patch (a script
 that reads a file the request does not name teaches the model to invent a path):
-  1. when the request does not name the file the patch changes: grep for `def FUNCTION`, the
-     function the request's failing check calls (the task's metadata, else the first `def` of the
-     patch's first hunk);
-  2. read that file (the path is in the request or the grep result);
+  1. grep for `def FUNCTION`, the function the request's failing check calls (the task's
+     metadata, else the first `def` of the patch's first hunk), when the request names it;
+  2. read the `READ_WINDOW` lines from that `def` on (its line number is in the grep result), or
+     the whole file when the fix reaches past them, the request names no function, or the patch
+     changes several files (the path is in the request or the grep result). A window keeps the
+     lines to choose from few and near: the warm start on whole files learned the format and to
+     copy a quoted line, but not which line to quote (docs/benchmarks.md, edit likelihood);
   3. one edit_file per hunk: its changed lines and as few context lines as make old_string
      unique in the file (`smallest_edits`), so the policy quotes one line where it can;
   4. run the workspace's tests (one fixed command: the hidden tests are not in the workspace, so
@@ -62,6 +65,9 @@ Turn = tuple[str, list[ToolCall]]
 TEST_COMMAND = "python -m pytest -q -p no:cacheprovider"
 """The demonstrations' test run: the whole visible suite, a command the policy can always write."""
 DEF = re.compile(r"\s*(?:async\s+)?def\s+(\w+)")
+READ_WINDOW = 30
+"""Lines a script reads from the fixed function's `def` on: one fixed number, as the policy
+cannot know the function's length before it reads it."""
 
 
 def gold_turns(task: Task) -> list[Turn]:
@@ -70,20 +76,35 @@ def gold_turns(task: Task) -> list[Turn]:
     if not files:
         raise ValueError(f"{task.instance_id}: its gold patch changes no existing file")
     function = fixed_function(task, files[0])
-    turns: list[Turn] = []
-    if any(f.path not in task.problem_statement for f in files):
-        if not function or function not in task.problem_statement:
-            raise ValueError(f"{task.instance_id}: the request names neither {files[0].path} nor a function "
-                             "to find it by, so no script could reach the file from what the policy sees")
-        turns.append(("", [ToolCall("grep", {"pattern": f"def {function}"})]))
-    turns.append(("", [ToolCall("read_file", {"path": f.path}) for f in files]))
+    named = bool(function) and function in task.problem_statement
+    if not named and any(f.path not in task.problem_statement for f in files):
+        raise ValueError(f"{task.instance_id}: the request names neither {files[0].path} nor a function "
+                         "to find it by, so no script could reach the file from what the policy sees")
     texts = starting_texts(task, [f.path for f in files])
-    turns.append(("", [ToolCall("edit_file", {"path": f.path, "old_string": old, "new_string": new})
-                       for f in files for old, new in smallest_edits(f, texts[f.path])]))
+    edits = [(f.path, old, new) for f in files for old, new in smallest_edits(f, texts[f.path])]
+    turns: list[Turn] = [("", [ToolCall("grep", {"pattern": f"def {function}"})])] if named else []
+    start = window_start(texts[files[0].path], function, [old for _, old, _ in edits]) if named and len(files) == 1 else 0
+    reads = ([ToolCall("read_file", {"path": files[0].path, "offset": start, "limit": READ_WINDOW})] if start
+             else [ToolCall("read_file", {"path": f.path}) for f in files])
+    turns.append(("", reads))
+    turns.append(("", [ToolCall("edit_file", {"path": path, "old_string": old, "new_string": new})
+                       for path, old, new in edits]))
     turns.append(("", [ToolCall("run_terminal", {"command": TEST_COMMAND})]))
     what = f"`{function}` in `{files[0].path}`" if function else ", ".join(f"`{f.path}`" for f in files)
     turns.append((f"Fixed {what}. The tests pass.", []))
     return turns
+
+
+def window_start(text: str, function: str, quotes: list[str]) -> int:
+    """The 1-based line of `def function` in `text` when the `READ_WINDOW` lines from it hold
+    every one of `quotes` (the edits' old_strings), else 0."""
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
+        found = DEF.match(line)
+        if found and found.group(1) == function:
+            window = "\n".join(lines[number - 1 : number - 1 + READ_WINDOW])
+            return number if all(quote in window for quote in quotes) else 0
+    return 0
 
 
 def starting_texts(task: Task, paths: list[str]) -> dict[str, str]:

@@ -13,13 +13,20 @@ from add_task import add_task_line
 
 from agent.session_log import read_session
 from agent.unidiff import parse_diff
-from training.demos import gold_demonstrations, gold_turns, rendered_ids, smallest_edits
+from training.demos import (
+    READ_WINDOW,
+    gold_demonstrations,
+    gold_turns,
+    rendered_ids,
+    smallest_edits,
+    window_start,
+)
 from training.tasks import load_tasks
 
 
 async def test_gold_patches_become_resolved_token_exact_demonstrations(real_tokenizer, tmp_path):
-    lines = [add_task_line(tmp_path, instance_id="unnamed"),
-             add_task_line(tmp_path, instance_id="named", problem_statement="add(2, 3) is -1 (pkg/__init__.py)")]
+    lines = [add_task_line(tmp_path, instance_id="function"),
+             add_task_line(tmp_path, instance_id="file", problem_statement="the sum is wrong (pkg/__init__.py)")]
     (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     tasks = load_tasks(tmp_path / "tasks.jsonl")
     samples = await gold_demonstrations(tasks, real_tokenizer, tmp_path / "demos")
@@ -36,7 +43,10 @@ async def test_gold_patches_become_resolved_token_exact_demonstrations(real_toke
         assert next(r for r in records if r["type"] == "outcome")["value"] in (1, 1.0, True)
         assert_every_argument_was_visible(records)
         calls = [r["name"] for r in records if r["type"] == "tool_call"]
-        assert calls == (["grep"] if task.instance_id == "unnamed" else []) + ["read_file", "edit_file", "run_terminal"]
+        assert calls == (["grep"] if task.instance_id == "function" else []) + ["read_file", "edit_file", "run_terminal"]
+        read = next(r["arguments"] for r in records if r.get("name") == "read_file")
+        assert read == ({"path": "pkg/__init__.py", "offset": 1, "limit": READ_WINDOW} if task.instance_id == "function"
+                        else {"path": "pkg/__init__.py"})
         edit = next(r["arguments"] for r in records if r.get("name") == "edit_file")
         assert (edit["old_string"], edit["new_string"]) == ("    return a - b", "    return a + b")
         expected.append([i for content, calls in gold_turns(task) for i in rendered_ids(real_tokenizer, content, calls)])
@@ -47,7 +57,8 @@ async def test_gold_patches_become_resolved_token_exact_demonstrations(real_toke
 
 def assert_every_argument_was_visible(records: list[dict]) -> None:
     """Each path a call names was in the request or an earlier tool result, each grep's function
-    name in the request, each edit's old_string in the file as read (less its line numbers)."""
+    name in the request, each read's first line in the grep result, each edit's old_string in the
+    file as read (less its line numbers)."""
     request = next(r["text"] for r in records if r["type"] == "user_message")
     seen = request
     for record in (r for r in records if r["type"] == "tool_call"):
@@ -56,6 +67,8 @@ def assert_every_argument_was_visible(records: list[dict]) -> None:
             assert args["path"] in seen, f"{record['name']} names {args['path']!r}, which the policy never saw"
         if record["name"] == "grep":
             assert args["pattern"].removeprefix("def ") in request
+        if "offset" in args:
+            assert f"\n{args['offset']}:" in seen
         if record["name"] == "edit_file":
             shown = "\n".join(line.split("\t", 1)[-1] for line in seen.splitlines())
             assert args["old_string"] in shown
@@ -79,3 +92,10 @@ def test_an_edit_quotes_the_changed_lines_and_only_the_context_that_makes_them_u
     diff = parse_diff("diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -6,3 +6,3 @@\n def g(x):\n"
                       "-    z = x\n+    z = -x\n     return z + 1\n")
     assert smallest_edits(diff[0], unique) == [("    z = x", "    z = -x")]
+
+
+def test_a_read_is_the_window_from_the_def_only_when_the_fix_lies_in_it():
+    text = "import os\n\n\ndef f(x):\n" + "    x += 1\n" * (READ_WINDOW - 2) + "    return x\n    # end\n"
+    assert window_start(text, "f", ["    return x"]) == 4
+    assert window_start(text, "f", ["    return x", "    # end"]) == 0
+    assert window_start(text, "g", ["    return x"]) == 0
