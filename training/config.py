@@ -223,7 +223,7 @@ def smoke() -> RLConfig:
 
 
 def cpu() -> RLConfig:
-    """The learning run on this machine (2 cores): a warm start on 64 train tasks' gold patches
+    """The learning run on this machine (2 cores): a warm start on 240 train tasks' gold patches
     acted out in the harness, then LoRA RL on the bug-fix family's train split with the harness's
     own system prompt, int4 rollouts with the adapter beside the int4 weights and replayed
     routing. Matmuls in bf16 (AMX): one 5.4k-token demonstration's forward and backward takes 63 s
@@ -237,15 +237,14 @@ def cpu() -> RLConfig:
         rollout={"group_size": 4, "tasks_per_step": 4, "max_turns": 5, "max_tokens": 256,
                  "engine_quantize": "int4", "workers": 2},
         buffer={"max_offpolicy_steps": 1},
-        # The warm start measured on 2026-12-03 (with --model.no-context-gradient, fp32, ~135 s a
-        # step on 2 AVX2 cores): 40 steps of 4 of 64 demonstrations (2.5 epochs) at 3e-4, sft loss
-        # 1.69 -> 0.08; the first call on 16 held-out tasks right 15 times (one epoch: once, the
-        # tool name's token still at the base's prior). 20 more steps on the one-line edits the
-        # scripts quote now: 16 of 16, but no edit yet applies. bench/gold_moves.py,
-        # docs/benchmarks.md.
+        # The warm start measured on 2026-12-03 (with --model.no-context-gradient): 40 steps of 4
+        # of 64 demonstrations (2.5 epochs) got the first call on 16 held-out tasks right 15 times
+        # (one epoch: once); 60 steps of 4 of 240, each seen once (67 s a step in bf16 on AMX),
+        # 16 of 16. No edit applies yet: the line to quote is not found (bench/edit_likelihood.py,
+        # docs/benchmarks.md).
         # A group's prompt is packed once, its samples behind it, in 12k-token micro-batches.
-        train={"steps": 40, "warm_start": "gold", "warm_start_steps": 40, "warm_start_batch": 4,
-               "warm_start_lr": 3e-4, "warm_start_tasks": 64, "micro_batch_tokens": 12288},
+        train={"steps": 40, "warm_start": "gold", "warm_start_steps": 60, "warm_start_batch": 4,
+               "warm_start_lr": 3e-4, "warm_start_tasks": 240, "micro_batch_tokens": 12288},
         checkpoint={"dir": "runs/cpu", "every": 5},
     )
 
