@@ -1,6 +1,6 @@
 """What a checkpoint does at two decisions of a task, against the gold script's
-(training/demos.py `gold_turns`): its first move (grep for the function when the request does not
-name its file, else read it) and its edit once the file is read. A leading indicator of what a
+(training/demos.py `gold_turns`): its first move (grep for the function when the request names
+it, else read the file) and its edit once the function or the file is read. A leading indicator of what a
 warm start or RL taught, at seconds a task where a benchmark attempt takes minutes, and one that
 tells a model that learned the harness's format from one that learned the task.
 
