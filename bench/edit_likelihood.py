@@ -74,9 +74,16 @@ def measure(path: str, tokenizer, cases: list[Scene]) -> dict[str, Any]:
     rows = [likelihood(model, tokenizer, scene) for scene in cases]
     mean = {key: statistics.fmean(r[key] for r in rows) for key in ("whole", "old_string", "new_string", "format", "old_first")}
     return {**mean, "p_whole_median": math.exp(statistics.median(r["whole"] for r in rows)),
-            "old_nats_per_token": -sum(r["old_string"] for r in rows) / sum(r["old_tokens"] for r in rows),
-            "copied_nats_per_token": -sum(r["old_copied"] for r in rows) / sum(r["copied_tokens"] for r in rows),
+            "old_nats_per_token": per_token(rows, "old_string", "old_tokens"),
+            "copied_nats_per_token": per_token(rows, "old_copied", "copied_tokens"),
             "rows": rows}
+
+
+def per_token(rows: list[dict[str, Any]], nats: str, tokens: str) -> float:
+    """Nats per token of a span over all rows; NaN when the span is empty in every row (every
+    quote a single word has no copied tokens)."""
+    count = sum(r[tokens] for r in rows)
+    return -sum(r[nats] for r in rows) / count if count else math.nan
 
 
 def table(results: dict[str, Any]) -> str:

@@ -239,9 +239,10 @@ def cpu() -> RLConfig:
         buffer={"max_offpolicy_steps": 1},
         # The warm start measured on 2026-12-03 (with --model.no-context-gradient): 40 steps of 4
         # of 64 demonstrations (2.5 epochs) got the first call on 16 held-out tasks right 15 times
-        # (one epoch: once); 60 steps of 4 of 240, each seen once (67 s a step in bf16 on AMX),
-        # 16 of 16. No edit applies yet: the line to quote is not found (bench/edit_likelihood.py,
-        # docs/benchmarks.md).
+        # (one epoch: once); 60 steps of 4 of 240, each seen once, 16 of 16. With windowed reads
+        # (training/demos.py; ~37 s a step in bf16 on AMX, 44 minutes in all) 9 of 16 held-out
+        # edits apply and 1 fixes: the line is often found, the change to it is not
+        # (docs/benchmarks.md, the warm start on windowed scripts).
         # A group's prompt is packed once, its samples behind it, in 12k-token micro-batches.
         train={"steps": 40, "warm_start": "gold", "warm_start_steps": 60, "warm_start_batch": 4,
                "warm_start_lr": 3e-4, "warm_start_tasks": 240, "micro_batch_tokens": 12288},
