@@ -2,7 +2,8 @@
 
     composer-agent run --workspace DIR [--json] [--endpoint URL] [--yes] [--allow-unsandboxed] "request"
 
-Without --endpoint the in-process engine runs composer-mini (int4 weights; built on first use).
+Without --endpoint the in-process engine runs composer-mini-trained when `make model-trained`
+installed it, else composer-mini (int4 weights; built on first use).
 --json prints every session/update payload as one JSON line, then a summary object. Permission
 prompts cannot be answered headless: what the policy would ask about is refused, unless --yes
 allows it. The session log is written either way; the summary says where. A turn that fails
@@ -27,6 +28,7 @@ from agent.isolation import OPT_IN_FLAG, IsolationStatus
 from agent.loop import LoopConfig
 from agent.sandbox import startup_isolation
 from agent.session import Session, SessionConfig
+from model.home import served_model
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,7 +76,8 @@ class _Printer:
 async def _run(args: argparse.Namespace, status: IsolationStatus) -> int:
     printer = _Printer(args.json)
     config = SessionConfig(
-        workspace=args.workspace, endpoint=args.endpoint, model=args.model, api_key=args.api_key,
+        workspace=args.workspace, endpoint=args.endpoint, model=served_model(args.model, args.endpoint),
+        api_key=args.api_key,
         quantize=args.quantize, log_dir=args.log_dir, auto_allow=args.yes, client="cli",
         allow_unsandboxed=args.allow_unsandboxed,
         loop=LoopConfig(max_steps=args.max_steps, max_tokens_per_step=args.max_tokens),

@@ -3,6 +3,12 @@
     from model.home import ensure_default_model
     path = ensure_default_model()     # ~/.cache/composer/models/composer-mini, built once
     python -m model.home              # builds it if needed and prints the path
+    python -m model.home install-trained runs/cpu/final   # the model editors get by default
+
+composer-mini is the untrained base: training starts from it and the benchmark's `composer-mini`
+is always it. A checkpoint trained in the harness (`make model-trained`) is installed beside it
+as composer-mini-trained, and the editor-facing commands (composer-lsp, composer-agent) serve
+that one when it is there (`served_model`).
 
 `$COMPOSER_HOME` replaces `~/.cache/composer`. Building takes tens of seconds and writes about
 2.9 GB (fp32). It happens under a file lock, so two processes never both build, and into a
@@ -24,6 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 DEFAULT_MODEL = "composer-mini"
+TRAINED_MODEL = "composer-mini-trained"
 
 
 def composer_home() -> Path:
@@ -33,6 +40,42 @@ def composer_home() -> Path:
 
 def default_model_dir() -> Path:
     return composer_home() / "models" / DEFAULT_MODEL
+
+
+def trained_model_dir() -> Path:
+    return composer_home() / "models" / TRAINED_MODEL
+
+
+def served_model(model: str | None, endpoint: str | None) -> str | None:
+    """The model an editor-facing command serves: `model` when given (with an endpoint, None
+    lets the server pick); else composer-mini-trained when installed; else None, which means
+    composer-mini itself (built on first use)."""
+    if model or endpoint:
+        return model
+    trained = trained_model_dir()
+    return str(trained) if is_complete_checkpoint(trained) else None
+
+
+def install_trained(checkpoint: str | Path) -> Path:
+    """Installs a trained checkpoint directory (a run's `final/`: weights, tokenizer, `adapter/`)
+    as composer-mini-trained, atomically. Files are hard-linked where they can be (a run's
+    export is rewritten by renames, so the link keeps this version), else copied."""
+    source = Path(checkpoint).expanduser().absolute()
+    if not is_complete_checkpoint(source):
+        raise ValueError(f"{source} is not a complete checkpoint (config.json, *.safetensors, tokenizer.json)")
+
+    def build(directory: Path) -> None:
+        for path in sorted(source.rglob("*")):
+            target = directory / path.relative_to(source)
+            if path.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            try:
+                os.link(path, target)
+            except OSError:  # another file system
+                shutil.copy2(path, target)
+
+    return build_atomically(trained_model_dir(), build, force=True)
 
 
 def is_complete_checkpoint(path: str | Path) -> bool:
@@ -122,6 +165,22 @@ def refresh_chat_template(directory: Path) -> None:
             os.replace(tmp, directory / name)
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["install-trained"] and len(argv) == 2:
+        try:
+            print(install_trained(argv[1]))
+        except ValueError as err:
+            print(f"model.home: {err}", file=sys.stderr)
+            return 2
+        return 0
+    if argv:
+        print("usage: python -m model.home [install-trained CHECKPOINT_DIR]", file=sys.stderr)
+        return 2
     start = time.perf_counter()
     print(ensure_default_model(), f"({time.perf_counter() - start:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,8 +7,8 @@
     composer-lsp --trust-workspace DIR        # let DIR's .composer/permissions.json allow things
 
 Common options pick the workspace (default: the current directory; LSP clients' rootUri wins),
-the model (in-process composer-mini, int4, by default; or --endpoint for any OpenAI-compatible
-server), and where session logs go. In stdio modes nothing but protocol is written to stdout.
+the model (in-process, int4, by default: composer-mini-trained when `make model-trained` installed
+it, else composer-mini; or --endpoint for any OpenAI-compatible server), and where session logs go. In stdio modes nothing but protocol is written to stdout.
 
 At start the sandbox's isolation level goes to stderr; LSP clients also get it in a
 `window/logMessage`, as a `window/showMessage` warning when it is weaker than bubblewrap, and
@@ -30,6 +30,7 @@ from pathlib import Path
 
 from agent.isolation import OPT_IN_FLAG
 from agent.sandbox import startup_isolation
+from model.home import served_model
 from server.hub import MODES, ServerSettings
 
 
@@ -79,7 +80,7 @@ def _preload(settings: ServerSettings) -> None:
     def load() -> None:
         try:
             _shared_engine(settings.model, settings.quantize)
-            print("composer-lsp: model ready", file=sys.stderr, flush=True)
+            print(f"composer-lsp: model ready ({settings.model or 'composer-mini'})", file=sys.stderr, flush=True)
         except Exception as err:  # the first prompt will report it to the client
             print(f"composer-lsp: could not load the model: {err}", file=sys.stderr, flush=True)
 
@@ -129,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     status = startup_isolation("composer-lsp", args.workspace, args.allow_unsandboxed)
     if status is None:
         return 2
-    settings = ServerSettings(workspace=args.workspace.resolve(), endpoint=args.endpoint, model=args.model,
+    model = served_model(args.model, args.endpoint)
+    settings = ServerSettings(workspace=args.workspace.resolve(), endpoint=args.endpoint, model=model,
                               api_key=args.api_key, quantize=args.quantize, log_dir=args.log_dir,
                               default_mode=args.mode, index=args.index, allow_unsandboxed=args.allow_unsandboxed)
     if args.ws:
