@@ -112,7 +112,10 @@ def _compile():
                 build_directory=str(directory),
                 # No fused multiply-add where the source does not ask for one: elementwise work
                 # rounds like the eager ATen ops it stands in for.
-                extra_cflags=["-O3", "-ffp-contract=off", *isa()[1]],
+                # -fopenmp: ATen's parallel_for is a header-inline `#pragma omp parallel`, which
+                # without it runs every task on the calling thread.
+                extra_cflags=["-O3", "-ffp-contract=off", "-fopenmp", *isa()[1]],
+                extra_ldflags=["-fopenmp"],
                 verbose=False,
             )
         return module, None

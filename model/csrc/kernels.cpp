@@ -22,6 +22,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -164,6 +165,17 @@ bool bf16_matrix_available() {
     }
   }();
   return ok;
+}
+
+int64_t parallel_width() {
+  std::atomic<int64_t> widest{0};
+  at::parallel_for(0, 4096, 1, [&](int64_t, int64_t) {
+    const int64_t width = at::get_thread_num() + 1;
+    int64_t seen = widest.load();
+    while (seen < width && !widest.compare_exchange_weak(seen, width)) {
+    }
+  });
+  return widest.load();
 }
 
 at::Tensor pack_vnni(const at::Tensor& w_OI) {

@@ -19,6 +19,10 @@ constexpr int64_t kMatrixBF16 = 2;  // brgemm tiles, bf16 inputs, fp32 accumulat
 // Whether oneDNN's bf16 batch-reduce GEMM runs on this CPU (AMX or AVX512-BF16).
 bool bf16_matrix_available();
 
+// How many threads this extension's parallel loops run on: torch's thread count when it is built
+// with OpenMP (ATen's parallel_for is a header `#pragma omp parallel`), 1 when it is not.
+int64_t parallel_width();
+
 // (O, I) weights -> bf16 blocks of kBlockN outputs, each (I/2, n, 2): the VNNI layout of brgemm.
 at::Tensor pack_vnni(const at::Tensor& w_OI);
 

@@ -7,6 +7,7 @@ void bind_fused_decode(pybind11::module_& m);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("bf16_matrix_available", &composer::bf16_matrix_available);
+  m.def("parallel_width", &composer::parallel_width);
   m.def("pack_vnni", &composer::pack_vnni);
   m.def("linear_vnni", &composer::linear_vnni, py::call_guard<py::gil_scoped_release>());
   m.def("linear_rowdot", &composer::linear_rowdot, py::call_guard<py::gil_scoped_release>());

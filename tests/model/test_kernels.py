@@ -114,6 +114,19 @@ def test_attention_matches_fp64_and_is_invariant_to_chunks_and_batches(kernels, 
     assert torch.equal(part, full[:80])
 
 
+def test_the_kernels_run_on_torchs_threads(kernels):
+    """Built without OpenMP, ATen's parallel_for (a header `#pragma omp parallel`) runs every
+    task on the calling thread, whatever torch's thread count."""
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert kernels.ext.parallel_width() == 2
+        torch.set_num_threads(1)
+        assert kernels.ext.parallel_width() == 1
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_the_torch_fallback_matches_the_reference():
     fallback = Kernels(None, "no extension (test)")
     gen = torch.Generator().manual_seed(2)
