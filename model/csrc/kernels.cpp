@@ -36,7 +36,7 @@ namespace cb = at::native::cpublas;
 constexpr int64_t kBlockN = 64;   // outputs per packed weight block
 constexpr int64_t kBlockM = 32;   // rows per brgemm call of a linear layer
 constexpr int64_t kTile = 256;     // key/value positions per attention tile (absolute)
-constexpr int64_t kQueryRows = 128;  // query rows (tokens x G) per attention task
+constexpr int64_t kQueryRows = 256;  // query rows (tokens x G) per attention task
 constexpr int64_t kSplit = 512;   // positions per decoding task (absolute), merged in order
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
