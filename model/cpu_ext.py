@@ -62,11 +62,21 @@ def isa() -> tuple[str, list[str]]:
     return "default", ["-DCPU_CAPABILITY=DEFAULT"]
 
 
+def compile_flags() -> tuple[list[str], list[str]]:
+    """(compiler flags, linker flags). No fused multiply-add where the source does not ask for
+    one: elementwise work rounds like the eager ATen ops it stands in for. -fopenmp: ATen's
+    parallel_for is a header-inline `#pragma omp parallel`, which without it runs every task on
+    the calling thread."""
+    return ["-O3", "-ffp-contract=off", "-fopenmp", *isa()[1]], ["-fopenmp"]
+
+
 def build_directory() -> Path:
-    """Per torch, Python, ISA and sources: an extension built for another must not load."""
+    """Per torch, Python, ISA, flags and sources: an extension built for another must not load."""
     from model.home import composer_home
 
     digest = hashlib.sha256()
+    for flags in compile_flags():
+        digest.update(" ".join(flags).encode() + b"\0")
     for source in sorted(CSRC.iterdir()):
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
     tag = (f"torch-{torch.__version__}-py{sys.version_info.major}{sys.version_info.minor}-{isa()[0]}"
@@ -106,16 +116,13 @@ def _compile():
             if not (directory / "composer_cpu.so").exists():
                 print(f"composer: compiling the engine's C++ kernels into {directory} (once; about a minute)",
                       file=sys.stderr, flush=True)
+            cflags, ldflags = compile_flags()
             module = cpp_extension.load(
                 name="composer_cpu",
                 sources=[str(s) for s in SOURCES],
                 build_directory=str(directory),
-                # No fused multiply-add where the source does not ask for one: elementwise work
-                # rounds like the eager ATen ops it stands in for.
-                # -fopenmp: ATen's parallel_for is a header-inline `#pragma omp parallel`, which
-                # without it runs every task on the calling thread.
-                extra_cflags=["-O3", "-ffp-contract=off", "-fopenmp", *isa()[1]],
-                extra_ldflags=["-fopenmp"],
+                extra_cflags=cflags,
+                extra_ldflags=ldflags,
                 verbose=False,
             )
         return module, None

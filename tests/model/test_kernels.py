@@ -127,6 +127,13 @@ def test_the_kernels_run_on_torchs_threads(kernels):
         torch.set_num_threads(threads)
 
 
+def test_a_build_with_other_flags_gets_its_own_directory(monkeypatch):
+    here = cpu_ext.build_directory()
+    cflags, ldflags = cpu_ext.compile_flags()
+    monkeypatch.setattr(cpu_ext, "compile_flags", lambda: ([f for f in cflags if f != "-fopenmp"], ldflags))
+    assert cpu_ext.build_directory() != here
+
+
 def test_the_torch_fallback_matches_the_reference():
     fallback = Kernels(None, "no extension (test)")
     gen = torch.Generator().manual_seed(2)
