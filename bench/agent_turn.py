@@ -72,7 +72,9 @@ class EngineBackend:
     def __init__(self, quantize: str = "int4") -> None:
         from model.engine import Engine
 
-        self.engine = Engine.from_pretrained(quantize=quantize)
+        self.engine = Engine.from_pretrained(quantize=quantize, prefault=True)  # as agent/session.py builds it
+        self.engine.prefaulter.ready.wait()  # as a server that has been up a while
+        self.prefault = self.engine.prefault_report()
 
     async def step(self, messages: list[dict], tools: list[dict]) -> Step:
         from model.sampling import SamplingParams
@@ -118,6 +120,7 @@ class HTTPBackend:
                                         start_new_session=True, env={**os.environ, **env}, cwd=ROOT)
         self.session: aiohttp.ClientSession | None = None
         self.startup_s = 0.0
+        self.prefault: dict | None = None
 
     async def start(self, timeout: float = 900) -> None:
         started = time.monotonic()
@@ -127,8 +130,12 @@ class HTTPBackend:
                 raise RuntimeError(f"{self.name} exited with {self.process.returncode}; see {self._log.name}")
             try:
                 async with self.session.get(f"{self.base}/health") as resp:
-                    if resp.status == 200:
+                    json_body = resp.status == 200 and resp.content_type == "application/json"
+                    # composer's server is measured once its background prefault is done (model/prefault.py)
+                    prefault = (await resp.json()).get("prefault") if json_body else None
+                    if resp.status == 200 and (prefault is None or prefault["ready"]):
                         self.startup_s = time.monotonic() - started
+                        self.prefault = prefault
                         return
             except aiohttp.ClientError:
                 pass
@@ -320,6 +327,7 @@ async def run_backend(name: str, args, work: AgentWorkload) -> dict[str, Any]:
         if isinstance(backend, HTTPBackend):
             await backend.start()
         result = await measure(backend, work, args.reps, args.group)
+        result["prefault"] = backend.prefault
         if isinstance(backend, HTTPBackend):
             result["startup_s"] = backend.startup_s
         return result

@@ -53,6 +53,7 @@ from model.hf import load_state_dict
 from model.kernels import DECODE, PREFILL, Kernels
 from model.kv import KVCache, kv_dtype
 from model.openmp import release_openmp_threads
+from model.prefault import Prefaulter
 from model.prefix_cache import DEFAULT_BLOCK, PrefixCache
 from model.runner import Runner
 from model.sampling import SamplingParams
@@ -130,6 +131,7 @@ class Engine:
         prefill_chunk: int = PREFILL_CHUNK,
         idle_prefill_chunk: int = IDLE_PREFILL_CHUNK,
         weight_version: int = 0,
+        prefault: bool = False,
     ) -> None:
         """`fused_decode`: decode plain steps in one C++ call (model/fused_decode.py; int4 models,
         the same logits). None (default): when the model is int4 and the extension builds, unless
@@ -137,7 +139,9 @@ class Engine:
         `kv_cache_dtype`: "bf16" or "fp32"; None is bf16 for int4 models and fp32 otherwise (the
         fp32 checkpoint's logprobs then match the trainer's). `prefix_cache_gb`: memory for reused
         prompt prefixes (0 turns reuse off); it needs the C++ kernels (model/kernels.py).
-        `weight_version` names the model's weights."""
+        `weight_version` names the model's weights. `prefault`: commit the KV cache and the prefix
+        pool in the background now, rather than page by page on first use (model/prefault.py:
+        for long-lived servers; it makes all of that memory resident)."""
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = model.config
@@ -169,6 +173,10 @@ class Engine:
         self._closed = False
         self._token_table = None
         self.fused = self._build_fused(fused_decode)
+        self.prefaulter = None
+        if prefault:  # the cache rows in the order requests take them, beside the pool's slots
+            pool = self.prefix.memory_regions(parts=8) if self.prefix is not None else []
+            self.prefaulter = Prefaulter(self.cache.row_regions(reversed(self._free_rows)), pool).start()
         atexit.register(self.close)
 
     def _build_fused(self, option: bool | None) -> FusedDecode | None:
@@ -219,6 +227,10 @@ class Engine:
             reason = self.kernels.reason if not self.kernels.row_invariant else "prefix_cache_gb is 0"
             return {"enabled": False, "reason": reason}
         return {"enabled": True, "kv_dtype": str(self.kv_dtype).removeprefix("torch."), **self.prefix.report()}
+
+    def prefault_report(self) -> dict[str, Any] | None:
+        """How far committing the KV memory has got (model/prefault.py), or None without `prefault`."""
+        return None if self.prefaulter is None else self.prefaulter.report()
 
     # ---- public API -----------------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ Row b's positions [0, length_b) are valid; the engine tracks lengths and passes 
 row and absolute position. A sequence keeps its row from admission to the end, and attention
 reads only positions up to each query's own (model/kernels.py), so rows need no compaction and
 never-written memory is never read. Pages are touched only as they fill (torch.empty), so a long
-`max_len` costs address space, not memory.
+`max_len` costs address space, not memory, unless the engine commits it ahead of use
+(model/prefault.py), as long-lived servers do.
 
     cache = KVCache(config, rows=8, max_len=8193, dtype=torch.bfloat16)
 
@@ -14,6 +15,8 @@ Legend: L layers, K key/value heads, Dh head width, P positions per block.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import torch
 
@@ -55,6 +58,10 @@ class KVCache:
     def bytes_per_position(self) -> int:
         k = self.k[0]
         return 2 * len(self.k) * k.shape[1] * k.shape[3] * k.element_size()
+
+    def row_regions(self, rows: Iterable[int]) -> list[list[torch.Tensor]]:
+        """The memory of each of `rows`, in that order: one view per layer's keys and values."""
+        return [[t[r] for t in (*self.k, *self.v)] for r in rows]
 
     def read_blocks(self, row: int, start: int, num_blocks: int, block: int) -> list[torch.Tensor]:
         """Positions [start, start + num_blocks * block) of `row`, per layer keys then values,

@@ -10,10 +10,10 @@ and a hit leaves at least the prompt's last token to compute, which gives the fi
 Because the engine's kernels are row-invariant, a prompt served from the pool gives the same bits
 as one computed whole.
 
-Memory is bounded (`capacity` positions, allocated as pages fill); when full, the least
-recently used block goes. Every lookup and insert touches a chain leaf first and root last, so a
-parent is always more recent than its children and eviction takes leaves first, as vLLM frees a
-request's blocks tail first. The pool belongs to one set of weights (`namespace`: the engine's
+Memory is bounded (`capacity` positions; pages are touched as they fill, or ahead of use:
+model/prefault.py); when full, the least recently used block goes. Every lookup and insert
+touches a chain leaf first and root last, so a parent is always more recent than its children and
+eviction takes leaves first, as vLLM frees a request's blocks tail first. The pool belongs to one set of weights (`namespace`: the engine's
 weight version and KV dtype); a new namespace empties it.
 
     pool = PrefixCache(cache, capacity=65536, block=32)
@@ -174,6 +174,12 @@ class PrefixCache:
         self._lru.clear()
         self._free = list(range(self.num_blocks - 1, -1, -1))
         self.stats.resets += 1
+
+    def memory_regions(self, parts: int) -> list[list[torch.Tensor]]:
+        """The pool's memory in `parts` runs of slots, lowest first (the order slots are taken):
+        each run as one view per pool tensor (model/prefault.py walks them)."""
+        bounds = [self.num_blocks * i // parts for i in range(parts + 1)]
+        return [[t[a:b] for t in (*self._kv, self._experts)] for a, b in itertools.pairwise(bounds) if b > a]
 
     # ---- reporting ----------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ out, as vLLM serves them: model/serve_completions.py), `/v1/models` and `/health
     python -m model.serve [--model DIR] [--host 127.0.0.1] [--port 8000]
                           [--served-model-name composer-mini] [--max-batch 8] [--api-key KEY]
                           [--kv-cache-dtype bf16|fp32] [--prefix-cache-gb 1.5] [--prefill-chunk 512]
+                          [--no-prefault]
 
     curl localhost:8000/v1/chat/completions -H 'content-type: application/json' \\
         -d '{"model": "composer-mini", "messages": [{"role": "user", "content": "hi"}]}'
@@ -183,6 +184,7 @@ async def health(request: web.Request) -> web.Response:
     return _json_response({
         "status": "ok", "model": state.model_name, "requests_in_flight": state.in_flight,
         "prefix_cache": report() if (report := getattr(state.engine, "prefix_cache_report", None)) else None,
+        "prefault": report() if (report := getattr(state.engine, "prefault_report", None)) else None,
     })
 
 
@@ -472,6 +474,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"memory for reused prompt prefixes, GiB (0: off; default {PREFIX_CACHE_GB})")
     parser.add_argument("--prefill-chunk", type=int, default=PREFILL_CHUNK,
                         help=f"most prompt tokens per step while other requests decode (default {PREFILL_CHUNK})")
+    parser.add_argument("--no-prefault", action="store_true",
+                        help="fault the KV cache's memory in on first use instead of committing it in the background at start")
     parser.add_argument("--api-key", default=os.environ.get("COMPOSER_API_KEY"),
                         help="require 'Authorization: Bearer KEY' (default: $COMPOSER_API_KEY)")
     parser.add_argument("--enable-weight-sync", action="store_true",
@@ -495,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--prefix-cache-gb must be >= 0 and --prefill-chunk >= 1")
     engine = Engine.from_pretrained(
         args.model, max_batch=args.max_batch, quantize=args.quantize, kv_cache_dtype=args.kv_cache_dtype,
-        prefix_cache_gb=args.prefix_cache_gb, prefill_chunk=args.prefill_chunk,
+        prefix_cache_gb=args.prefix_cache_gb, prefill_chunk=args.prefill_chunk, prefault=not args.no_prefault,
     )
     app = create_app(engine, args.served_model_name, api_key=args.api_key, weight_sync_token=sync_token)
     log.info("serving %s on http://%s:%d/v1", args.served_model_name, args.host, args.port)

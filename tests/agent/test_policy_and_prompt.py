@@ -91,8 +91,8 @@ def test_huge_rules_files_are_cut(tmp_path):
 def test_sessions_starting_together_share_one_engine(monkeypatch):
     built: list[str] = []
 
-    def slow_build(model, quantize):
-        built.append(model)
+    def slow_build(model, quantize, prefault):
+        built.append((model, prefault))
         time.sleep(0.2)  # long enough for the other thread to arrive while this one builds
         return object()
 
@@ -104,4 +104,5 @@ def test_sessions_starting_together_share_one_engine(monkeypatch):
         thread.start()
     for thread in threads:
         thread.join()
-    assert built == ["ckpt"] and len(got) == 3 and got[0] is got[1] is got[2]
+    assert built == [("ckpt", True)]  # a long-lived engine commits its KV memory (model/prefault.py)
+    assert len(got) == 3 and got[0] is got[1] is got[2]
