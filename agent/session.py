@@ -113,13 +113,14 @@ one builds it, the others wait for it, so no second copy is loaded."""
 def _shared_engine(model: str | None, quantize: str):
     """One engine per checkpoint and quantisation for the whole process: sessions share it and
     it batches their requests. It commits its KV memory in the background from the start
-    (model/prefault.py), as a long-lived server should."""
+    (model/prefault.py), as a long-lived server should, unless COMPOSER_PREFAULT=0."""
     from model.engine import Engine
+    from model.prefault import enabled_by_env
 
     key = (model, quantize)
     with _ENGINES_LOCK:
         if key not in _ENGINES:
-            _ENGINES[key] = Engine.from_pretrained(model, quantize=quantize, prefault=True)
+            _ENGINES[key] = Engine.from_pretrained(model, quantize=quantize, prefault=enabled_by_env())
         return _ENGINES[key]
 
 

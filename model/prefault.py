@@ -14,7 +14,9 @@ a position for composer-mini's bf16 cache): 80-160 ms of a ~0.7 s time to first 
 Linux 5.14+) without writing them: contents are never changed, so it runs while the engine
 already reads and writes the same tensors, and needs no lock. It walks the memory in the order
 the engine uses it: cache row 0 and the first pool slots first. Elsewhere (another OS, an older
-kernel) it does nothing and pages fault in as before.
+kernel) it does nothing and pages fault in as before. Long-lived engines (model.serve, the
+sessions' shared engine) turn it on unless `COMPOSER_PREFAULT=0` (the test suite sets that: its
+engines live seconds, and committing ~3 GB would cost more than it saves).
 
     prefaulter = Prefaulter(cache.row_regions(range(rows)), pool.memory_regions(parts=8)).start()
     prefaulter.ready.wait(); prefaulter.report()
@@ -27,6 +29,7 @@ import ctypes.util
 import errno
 import functools
 import itertools
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -35,8 +38,14 @@ from typing import Any
 import torch
 
 _MADV_POPULATE_WRITE = 23
+ENV_VAR = "COMPOSER_PREFAULT"
 CHUNK_BYTES = 32 * 2**20
 """Most bytes one madvise call populates (`report` moves on in steps of this)."""
+
+
+def enabled_by_env() -> bool:
+    """Whether long-lived engines should prefault: yes unless COMPOSER_PREFAULT is 0 (or false, no, off)."""
+    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 @functools.cache

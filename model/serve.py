@@ -44,7 +44,7 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
-from model import weight_sync
+from model import prefault, weight_sync
 from model.constrained import ToolCallConstraint
 from model.engine import PREFILL_CHUNK, PREFIX_CACHE_GB, ContextLengthError, Engine
 from model.home import DEFAULT_MODEL
@@ -474,8 +474,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"memory for reused prompt prefixes, GiB (0: off; default {PREFIX_CACHE_GB})")
     parser.add_argument("--prefill-chunk", type=int, default=PREFILL_CHUNK,
                         help=f"most prompt tokens per step while other requests decode (default {PREFILL_CHUNK})")
-    parser.add_argument("--no-prefault", action="store_true",
-                        help="fault the KV cache's memory in on first use instead of committing it in the background at start")
+    parser.add_argument("--no-prefault", action="store_true", default=not prefault.enabled_by_env(),
+                        help="fault the KV memory in on first use, not in the background from the start "
+                             f"(model/prefault.py; the default when ${prefault.ENV_VAR} is 0)")
     parser.add_argument("--api-key", default=os.environ.get("COMPOSER_API_KEY"),
                         help="require 'Authorization: Bearer KEY' (default: $COMPOSER_API_KEY)")
     parser.add_argument("--enable-weight-sync", action="store_true",

@@ -17,6 +17,9 @@ import pytest
 # Sessions (and the servers tests start) build no semantic index unless a test asks for one:
 # loading MiniLM in every server process would cost ~15 s of CPU each. Tests of the index set it.
 os.environ.setdefault("COMPOSER_INDEX", "off")
+# Nor do their engines commit ~3 GB of KV memory ahead of use (model/prefault.py): they live
+# seconds, and on these VMs committing it takes ~45 s of CPU. Tests of prefaulting turn it on.
+os.environ.setdefault("COMPOSER_PREFAULT", "0")
 
 
 @dataclass(frozen=True)

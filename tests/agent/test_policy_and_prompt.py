@@ -98,6 +98,7 @@ def test_sessions_starting_together_share_one_engine(monkeypatch):
 
     monkeypatch.setattr(Engine, "from_pretrained", staticmethod(slow_build))
     monkeypatch.setattr(session_module, "_ENGINES", {})
+    monkeypatch.setenv("COMPOSER_PREFAULT", "1")  # the product's default (the suite turns it off)
     got: list[object] = []
     threads = [threading.Thread(target=lambda: got.append(session_module._shared_engine("ckpt", "int4"))) for _ in range(3)]
     for thread in threads:
