@@ -69,10 +69,11 @@ class EngineBackend:
 
     name = "engine"
 
-    def __init__(self, quantize: str = "int4") -> None:
+    def __init__(self, quantize: str = "int4", **engine_kwargs) -> None:
         from model.engine import Engine
 
-        self.engine = Engine.from_pretrained(quantize=quantize, prefault=True)  # as agent/session.py builds it
+        # As agent/session.py builds it; `engine_kwargs` for a bench that varies the engine.
+        self.engine = Engine.from_pretrained(quantize=quantize, prefault=True, **engine_kwargs)
         self.engine.prefaulter.ready.wait()  # as a server that has been up a while
         self.prefault = self.engine.prefault_report()
 

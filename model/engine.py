@@ -51,7 +51,7 @@ import torch
 from model.fused_decode import FusedDecode, enabled_by_env, unsupported_reason
 from model.hf import load_state_dict
 from model.kernels import DECODE, PREFILL, Kernels
-from model.kv import KVCache, kv_dtype
+from model.kv import KVCache, default_kv_dtype, kv_dtype
 from model.openmp import release_openmp_threads
 from model.prefault import Prefaulter
 from model.prefix_cache import DEFAULT_BLOCK, PrefixCache
@@ -136,8 +136,8 @@ class Engine:
         """`fused_decode`: decode plain steps in one C++ call (model/fused_decode.py; int4 models,
         the same logits). None (default): when the model is int4 and the extension builds, unless
         COMPOSER_FUSED_DECODE=0; True: required (raises when unavailable); False: never.
-        `kv_cache_dtype`: "bf16" or "fp32"; None is bf16 for int4 models and fp32 otherwise (the
-        fp32 checkpoint's logprobs then match the trainer's). `prefix_cache_gb`: memory for reused
+        `kv_cache_dtype`: "int8" (half bf16's bytes; needs the C++ kernels), "bf16" or "fp32";
+        None: `default_kv_dtype`. `prefix_cache_gb`: memory for reused
         prompt prefixes (0 turns reuse off); it needs the C++ kernels (model/kernels.py).
         `weight_version` names the model's weights. `prefault`: commit the KV cache and the prefix
         pool in the background now, rather than page by page on first use (model/prefault.py:
@@ -150,11 +150,13 @@ class Engine:
         self.dtype = model.embed.weight.dtype
         self.device = model.embed.weight.device
         self.int4 = getattr(model, "quantization", "none") == "int4"
-        self.kv_dtype = kv_dtype(kv_cache_dtype or ("bf16" if self.int4 else "fp32"))
-        self.weight_version = _check_version(weight_version)
-        self.cache = KVCache(self.config, max_batch, self.max_seq_len, self.kv_dtype, self.device, self.weight_version)
         cpu_fp32 = self.dtype == torch.float32 and self.device.type == "cpu"
         self.kernels = Kernels.load() if cpu_fp32 else Kernels(None, "not fp32 on the CPU")
+        self.kv_dtype = kv_dtype(kv_cache_dtype or default_kv_dtype(self.int4, self.kernels.ext is not None))
+        if self.kv_dtype == torch.int8 and self.kernels.ext is None:
+            raise ValueError(f"kv_cache_dtype int8 needs the C++ kernels: {self.kernels.reason}")
+        self.weight_version = _check_version(weight_version)
+        self.cache = KVCache(self.config, max_batch, self.max_seq_len, self.kv_dtype, self.device, self.weight_version)
         self.runner = Runner(model, self.cache, self.kernels)
         self.prefix: PrefixCache | None = None
         if prefix_cache_gb > 0 and self.kernels.row_invariant:

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from model.cpu_ext import ExtensionUnavailable, load_extension
+from model.kv import dequantize_rows
 
 PREFILL, DECODE = "prefill", "decode"
 VECTOR, MATRIX_F32, MATRIX_BF16 = 0, 1, 2  # kernels.h attention modes
@@ -81,6 +82,21 @@ class Kernels:
             return Int8RoleLinear(layer)
         weight = layer.weight if isinstance(layer, nn.Linear) else layer
         return DenseRoleLinear(weight.detach(), self)
+
+    def rms_norm(self, x_ND: torch.Tensor, weight_D: torch.Tensor, eps: float) -> torch.Tensor:
+        """(N, D) fp32 -> each row over its root mean square, times the weight."""
+        if self.ext is None:
+            return F.rms_norm(x_ND, weight_D.shape, weight_D, eps)
+        return self.ext.rms_norm(x_ND, weight_D, eps)
+
+    def store_rows(self, x_NKD: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """New keys or values (N, K, Dh) fp32 -> the rows a cache of `dtype` stores
+        (model/kv.py): int8 rows are quantized by the extension, which the fused step shares."""
+        if dtype != torch.int8:
+            return x_NKD.to(dtype)
+        if self.ext is None:
+            raise ValueError(f"an int8 KV cache needs the C++ kernels: {self.reason}")
+        return self.ext.quantize_kv(x_NKD.float())
 
     def attention(self, q_NHD: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, rows_N: torch.Tensor,
                   pos_N: torch.Tensor, role: str, bf16: bool) -> torch.Tensor:
@@ -177,8 +193,8 @@ def _attention_torch(q_NHD, cache_k, cache_v, rows_N, pos_N) -> torch.Tensor:
         idx = (rows_N == row).nonzero().squeeze(1)
         pos = pos_N[idx]
         span = int(pos.max()) + 1
-        keys = cache_k[row, :, :span].to(q_NHD.dtype).unsqueeze(0)
-        values = cache_v[row, :, :span].to(q_NHD.dtype).unsqueeze(0)
+        keys = dequantize_rows(cache_k[row, :, :span]).to(q_NHD.dtype).unsqueeze(0)
+        values = dequantize_rows(cache_v[row, :, :span]).to(q_NHD.dtype).unsqueeze(0)
         mask = (torch.arange(span).view(1, -1) <= pos.view(-1, 1)).view(1, 1, len(idx), span)
         q = q_NHD[idx].transpose(0, 1).unsqueeze(0)  # (1, H, n, Dh)
         o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)

@@ -1,6 +1,12 @@
 """The engine's KV cache: per layer, keys and values of `rows` sequences of up to `max_len`
-positions, in fp32 or bf16, and the copies between a row and the prefix cache's blocks
+positions, in fp32, bf16 or int8, and the copies between a row and the prefix cache's blocks
 (model/prefix_cache.py).
+
+An int8 cache stores each position's key (or value) row of one head as its Dh values over
+max|x| / 127, rounded to nearest, followed by that fp32 scale's 4 bytes: Dh + 4 bytes a row
+(model/csrc/kernels.h). A row is quantized alone, so its bytes do not depend on what else was in
+the step; the C++ kernels quantize (`Kernels.store_rows`) and read it. It halves bf16's bytes,
+which decoding at thousands of positions is bound by; `bench/kv_cache.py` measures its cost.
 
 Row b's positions [0, length_b) are valid; the engine tracks lengths and passes each new token's
 row and absolute position. A sequence keeps its row from admission to the end, and attention
@@ -22,16 +28,42 @@ import torch
 
 from model.config import ModelConfig
 
-KV_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+KV_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.int8}
+INT8_SCALE_BYTES = 4
+"""Bytes after an int8 row's values: its fp32 scale (kernels.h's kInt8ScaleBytes)."""
 
 
 def kv_dtype(name: str | torch.dtype) -> torch.dtype:
-    """"fp32" or "bf16" (or the dtype itself) -> the dtype; anything else is a ValueError."""
+    """"fp32", "bf16" or "int8" (or the dtype itself) -> the dtype; anything else is a ValueError."""
     if isinstance(name, torch.dtype) and name in KV_DTYPES.values():
         return name
     if name not in KV_DTYPES:
         raise ValueError(f"kv_dtype must be one of {sorted(KV_DTYPES)}, got {name!r}")
     return KV_DTYPES[name]
+
+
+def default_kv_dtype(int4: bool, kernels: bool) -> str:
+    """The cache a model gets unless asked: int8 rows for int4 models with the C++ `kernels`
+    (half bf16's bytes, which decoding at thousands of positions is bound by: the agent turn's
+    decoding 48.8 -> 56.1 tok/s, top-1 agreement with an fp32 cache 97.7% against bf16's 99.6%,
+    mean KL 1.7e-3 against 1.1e-3 nats; bench/kv_cache.py), bf16 for int4 without them, fp32 for
+    the checkpoint's weights (whose logprobs then match the trainer's)."""
+    if not int4:
+        return "fp32"
+    return "int8" if kernels else "bf16"
+
+
+def stored_width(dtype: torch.dtype, head_dim: int) -> int:
+    """Elements one head's key or value row takes in a cache of `dtype`."""
+    return head_dim + INT8_SCALE_BYTES if dtype == torch.int8 else head_dim
+
+
+def dequantize_rows(stored: torch.Tensor) -> torch.Tensor:
+    """Stored rows (..., Dh) fp32 or bf16, or (..., Dh + 4) int8 -> their values, (..., Dh) fp32."""
+    if stored.dtype != torch.int8:
+        return stored.float()
+    values, scale = stored.split([stored.shape[-1] - INT8_SCALE_BYTES, INT8_SCALE_BYTES], dim=-1)
+    return values.float() * scale.contiguous().view(torch.float32)
 
 
 class KVCache:
@@ -41,7 +73,7 @@ class KVCache:
 
     def __init__(self, config: ModelConfig, rows: int, max_len: int, dtype: torch.dtype,
                  device: torch.device | str = "cpu", weight_version: int = 0) -> None:
-        shape = (rows, config.num_kv_heads, max_len, config.head_dim)
+        shape = (rows, config.num_kv_heads, max_len, stored_width(dtype, config.head_dim))
         self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
         self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
         self.rows, self.max_len, self.dtype = rows, max_len, dtype
@@ -53,6 +85,10 @@ class KVCache:
         """Invalidates every row: from now on entries belong to `weight_version`."""
         self.weight_version = weight_version
         self.resets += 1
+
+    @property
+    def head_dim(self) -> int:
+        return self.k[0].shape[3] - (INT8_SCALE_BYTES if self.dtype == torch.int8 else 0)
 
     @property
     def bytes_per_position(self) -> int:

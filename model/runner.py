@@ -99,18 +99,18 @@ class Runner:
         experts = []
         for i, layer in enumerate(self.layers):
             x_ND = x_ND + self._attention(i, layer, x_ND, rows_N, pos_N, cos_NDh, sin_NDh, role)
-            y_ND, experts_Nk = self._moe(layer, F.rms_norm(x_ND, (config.hidden_size,), layer.ffn_norm, config.rms_norm_eps), role)
+            y_ND, experts_Nk = self._moe(layer, self.kernels.rms_norm(x_ND, layer.ffn_norm, config.rms_norm_eps), role)
             x_ND = x_ND + y_ND
             experts.append(experts_Nk)
         if logits_at is not None:
             x_ND = x_ND[logits_at]
-        h_ND = F.rms_norm(x_ND, (config.hidden_size,), self.model.norm.weight.detach(), config.rms_norm_eps)
+        h_ND = self.kernels.rms_norm(x_ND, self.model.norm.weight.detach(), config.rms_norm_eps)
         return RunnerOutput(self.head(h_ND, role), torch.stack(experts, dim=1))
 
     def _attention(self, i, layer: _Layer, x_ND, rows_N, pos_N, cos_NDh, sin_NDh, role) -> torch.Tensor:
         config, N = self.config, x_ND.shape[0]
         H, K, Dh = config.num_heads, config.num_kv_heads, config.head_dim
-        h_ND = F.rms_norm(x_ND, (config.hidden_size,), layer.attn_norm, config.rms_norm_eps)
+        h_ND = self.kernels.rms_norm(x_ND, layer.attn_norm, config.rms_norm_eps)
         qk, v = layer.qkv(h_ND, role).split([(H + K) * Dh, K * Dh], dim=-1)
         qk = qk.view(1, N, H + K, Dh)
         if layer.qk_norm is not None:
@@ -120,8 +120,8 @@ class Runner:
         q, k = apply_rotary(qk, cos_NDh[None], sin_NDh[None])[0].split([H, K], dim=1)
         cache_k, cache_v = self.cache.k[i], self.cache.v[i]
         # Advanced indices around a slice put N first: the value is (N, K, Dh).
-        cache_k[rows_N, :, pos_N] = k.to(cache_k.dtype)
-        cache_v[rows_N, :, pos_N] = v.view(N, K, Dh).to(cache_v.dtype)
+        cache_k[rows_N, :, pos_N] = self.kernels.store_rows(k, cache_k.dtype)
+        cache_v[rows_N, :, pos_N] = self.kernels.store_rows(v.view(N, K, Dh), cache_v.dtype)
         out = self.kernels.attention(q, cache_k, cache_v, rows_N, pos_N, role, bf16=self.int4)
         return layer.o_proj(out.view(N, H * Dh), role)
 

@@ -4,7 +4,7 @@ out, as vLLM serves them: model/serve_completions.py), `/v1/models` and `/health
 
     python -m model.serve [--model DIR] [--host 127.0.0.1] [--port 8000]
                           [--served-model-name composer-mini] [--max-batch 8] [--api-key KEY]
-                          [--kv-cache-dtype bf16|fp32] [--prefix-cache-gb 1.5] [--prefill-chunk 512]
+                          [--kv-cache-dtype bf16|int8|fp32] [--prefix-cache-gb 1.5] [--prefill-chunk 512]
                           [--no-prefault]
 
     curl localhost:8000/v1/chat/completions -H 'content-type: application/json' \\
@@ -468,8 +468,8 @@ def main(argv: list[str] | None = None) -> int:
         "--quantize", choices=["none", "int4"], default="int4",
         help="weights for CPU decoding: int4 (fast, the default) or none (the checkpoint's exact weights)",
     )
-    parser.add_argument("--kv-cache-dtype", choices=["bf16", "fp32"], default=None,
-                        help="KV cache precision (default: bf16 for int4 weights, fp32 for the checkpoint's)")
+    parser.add_argument("--kv-cache-dtype", choices=["bf16", "int8", "fp32"], default=None,
+                        help="KV cache precision (default: int8 for int4 weights, fp32 for the checkpoint's)")
     parser.add_argument("--prefix-cache-gb", type=float, default=PREFIX_CACHE_GB,
                         help=f"memory for reused prompt prefixes, GiB (0: off; default {PREFIX_CACHE_GB})")
     parser.add_argument("--prefill-chunk", type=int, default=PREFILL_CHUNK,

@@ -85,7 +85,8 @@ class FusedDecoder {
                  std::vector<std::vector<Tensor>> w13, std::vector<std::vector<Tensor>> w2, int64_t group_size,
                  Tensor cache_k, Tensor cache_v) {
     TORCH_CHECK(cache_k.is_contiguous() && cache_v.is_contiguous(), "contiguous KV cache expected");
-    TORCH_CHECK(cache_k.dtype() == at::kFloat || cache_k.dtype() == at::kBFloat16, "fp32 or bf16 KV cache expected");
+    TORCH_CHECK(cache_k.dtype() == at::kFloat || cache_k.dtype() == at::kBFloat16 || cache_k.dtype() == at::kChar,
+                "fp32, bf16 or int8 KV cache expected");
     auto weight = [group_size](const std::vector<Tensor>& parts) {
       TORCH_CHECK(parts.size() == 4, "an int4 matrix is [packed, scales_and_zeros, lora_down, lora_up]");
       return Int4Weight{parts[0], parts[1], group_size, parts[2], parts[3]};
@@ -120,7 +121,7 @@ class FusedDecoder {
       moe(layers_[i], x, routing ? experts.select(1, i) : Tensor());
     }
     auto t = clock();
-    Tensor h = at::rms_norm(x, {D_}, norm_, eps_);
+    Tensor h = composer::rms_norm(x, norm_, eps_);
     Tensor logits = to_f32(at::cpu::_weight_int8pack_mm(to_bf16(h), head_q_, head_scale_));
     lap(kHead, t);
     return {logits, experts};
@@ -164,14 +165,15 @@ class FusedDecoder {
   void attention(Layer& l, Tensor& x, const Tensor& rows, const Tensor& positions) {
     const int64_t B = x.size(0), R = H_ + K_, half = Dh_ / 2, max_len = l.cache_k.size(2);
     auto t = clock();
-    Tensor h = at::rms_norm(x, {D_}, l.attn_norm, eps_);  // (B, D)
+    Tensor h = composer::rms_norm(x, l.attn_norm, eps_);  // (B, D)
     lap(kNorm, t);
     Tensor qkv = int4_mm(h, l.qkv);  // (B, (H + 2K) Dh)
     lap(kInt4, t);
     // Rotary on the H + K query and key heads, as layers.apply_rotary: x * cos + rotate_half(x) * sin,
     // each product rounded before the sum; keys and values into the cache at (row, position).
     Tensor q = at::empty({B, H_, Dh_}, x.options());
-    const bool bf16 = l.cache_k.scalar_type() == at::kBFloat16;
+    const auto kv_type = l.cache_k.scalar_type();
+    const int64_t stored = kv_type == at::kChar ? Dh_ + composer::kInt8ScaleBytes : Dh_;  // a row's elements
     std::vector<float> rotated(R * Dh_);
     for (int64_t b = 0; b < B; ++b) {
       const int64_t pos = positions.data_ptr<int64_t>()[b], row = rows.data_ptr<int64_t>()[b];
@@ -189,11 +191,16 @@ class FusedDecoder {
       }
       std::copy(rotated.begin(), rotated.begin() + H_ * Dh_, q.data_ptr<float>() + b * H_ * Dh_);
       for (int64_t kh = 0; kh < K_; ++kh) {
-        const int64_t at_ = ((row * K_ + kh) * max_len + pos) * Dh_;
+        const int64_t at_ = ((row * K_ + kh) * max_len + pos) * stored;
         const float* key = rotated.data() + (H_ + kh) * Dh_;
         const float* value = src_row + (R + kh) * Dh_;
+        if (kv_type == at::kChar) {
+          composer::quantize_kv_row(key, Dh_, l.cache_k.data_ptr<int8_t>() + at_);
+          composer::quantize_kv_row(value, Dh_, l.cache_v.data_ptr<int8_t>() + at_);
+          continue;
+        }
         for (int64_t j = 0; j < Dh_; ++j) {
-          if (bf16) {
+          if (kv_type == at::kBFloat16) {
             l.cache_k.data_ptr<at::BFloat16>()[at_ + j] = at::BFloat16(key[j]);
             l.cache_v.data_ptr<at::BFloat16>()[at_ + j] = at::BFloat16(value[j]);
           } else {
@@ -216,7 +223,7 @@ class FusedDecoder {
   void moe(Layer& l, Tensor& x, Tensor experts_out) {
     const int64_t B = x.size(0), E = l.w13.size();
     auto t = clock();
-    Tensor h = at::rms_norm(x, {D_}, l.ffn_norm, eps_);  // (B, D)
+    Tensor h = composer::rms_norm(x, l.ffn_norm, eps_);  // (B, D)
     lap(kNorm, t);
     if (E == 1) {  // dense: the single expert's weight is exactly 1
       Tensor y = expert(l, 0, h, t);

@@ -32,9 +32,25 @@ at::Tensor linear_vnni(const at::Tensor& x_NI, const at::Tensor& packed, int64_t
 // y (N, O) fp32 = x (N, I) fp32 @ w.T with plain (O, I) weights, fp32 or bf16, fp32 arithmetic.
 at::Tensor linear_rowdot(const at::Tensor& x_NI, const at::Tensor& w_OI);
 
+// y (N, D) fp32 = x / sqrt(mean(x^2) + eps) * w per row, x (N, D) fp32, w (D) fp32: its squares
+// summed in vector lanes in index order, then a fixed lane tree (torch's rms_norm costs ~18 us a
+// call in the decode step's dispatch; this ~1).
+at::Tensor rms_norm(const at::Tensor& x_ND, const at::Tensor& w_D, double eps);
+
+// An int8 cache stores each key or value row as Dh int8 values and then their fp32 scale's 4
+// bytes: the row is (values) * scale, scale = max|x| / 127, values rounded to nearest (even).
+constexpr int64_t kInt8ScaleBytes = 4;
+
+// One row of Dh fp32 values -> its Dh + kInt8ScaleBytes stored int8 bytes at dst.
+void quantize_kv_row(const float* x, int64_t Dh, int8_t* dst);
+
+// x (..., Dh) fp32 -> (..., Dh + kInt8ScaleBytes) int8, quantize_kv_row on each row.
+at::Tensor quantize_kv(const at::Tensor& x);
+
 // out (N, H, Dh) fp32: token n's queries q (N, H, Dh) fp32 (rotated) over positions
-// [0, pos[n]] of row rows[n] of the cache (rows, K, max_len, Dh), fp32 or bf16. Matrix modes take
-// runs of tokens of one row at consecutive positions (prefill chunks) together.
+// [0, pos[n]] of row rows[n] of the cache (rows, K, max_len, Dh), fp32 or bf16, or (rows, K,
+// max_len, Dh + kInt8ScaleBytes) int8. Matrix modes take runs of tokens of one row at consecutive
+// positions (prefill chunks) together.
 void attention(const at::Tensor& q_NHD, const at::Tensor& cache_k, const at::Tensor& cache_v,
                const at::Tensor& rows_N, const at::Tensor& pos_N, at::Tensor& out_NHD, int64_t mode);
 

@@ -1,7 +1,7 @@
 """The C++ decode step (model/fused_decode.py, model/csrc/fused_decode.cpp) against the Python
 DECODE role of model/runner.py: bit-identical logits, routed experts and cache contents for
 several sequences at once, each at its own row and position (MoE, dense, top-1/top-3, GQA 6:1,
-a LoRA adapter's residual beside the int4 matrices; fp32 and bf16 KV caches); the engine using it
+a LoRA adapter's residual beside the int4 matrices; fp32, bf16 and int8 KV caches); the engine using it
 for what sessions ask (batches, routing records, logprobs, the tool-call constraint) with the
 same completions as without it; the env switch and the fallback; and (slow) 80 greedy steps of
 composer-mini with identical logits at every step.
@@ -55,7 +55,7 @@ def int4_model(lora: bool = False, **changes) -> Transformer:
     return quantize_model(model, "int4", adapter=adapter)
 
 
-@pytest.mark.parametrize("kv", [torch.float32, torch.bfloat16], ids=["kv-fp32", "kv-bf16"])
+@pytest.mark.parametrize("kv", [torch.float32, torch.bfloat16, torch.int8], ids=["kv-fp32", "kv-bf16", "kv-int8"])
 @pytest.mark.parametrize(
     "changes",
     [{}, {"num_experts": 1, "top_k": 1}, {"top_k": 3}, {"top_k": 1}, {"num_heads": 6, "num_kv_heads": 1},
@@ -155,8 +155,10 @@ def test_switches_and_fallback(kernels, monkeypatch, capsys):
     assert Engine(model, ByteTokenizer()).fused is None
     assert Engine(model, ByteTokenizer(), fused_decode=True).fused is not None  # explicit beats the env
     monkeypatch.delenv(fd.ENV_VAR)
+    assert Engine(model, ByteTokenizer()).kv_dtype == torch.int8  # int4 with the kernels: int8 rows
     fp32 = Transformer(ModelConfig.debug()).init_weights(seed=0).eval()
-    assert Engine(fp32, ByteTokenizer()).fused is None  # not int4: quietly Python
+    fp32_engine = Engine(fp32, ByteTokenizer())
+    assert fp32_engine.fused is None and fp32_engine.kv_dtype == torch.float32  # not int4: quietly Python
     with pytest.raises(fd.FusedDecodeUnavailable, match="int4"):
         Engine(fp32, ByteTokenizer(), fused_decode=True)
     # A failed build: the engine runs torch ops without prefix reuse and says why; True raises.
@@ -165,6 +167,9 @@ def test_switches_and_fallback(kernels, monkeypatch, capsys):
     capsys.readouterr()
     engine = Engine(model, ByteTokenizer())
     assert engine.fused is None and engine.prefix is None and "simulated" in capsys.readouterr().err
+    assert engine.kv_dtype == torch.bfloat16  # int8 rows need the kernels
+    with pytest.raises(ValueError, match=r"int8 needs the C\+\+ kernels"):
+        Engine(model, ByteTokenizer(), kv_cache_dtype="int8")
     assert engine.prefix_cache_report() == {"enabled": False, "reason": "no C++ compiler (simulated)"}
     [out] = engine.generate([list(b"abc")], SamplingParams(max_tokens=5, ignore_eos=True))
     assert len(out.token_ids) == 5

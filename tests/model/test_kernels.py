@@ -16,6 +16,7 @@ import torch
 
 import model.cpu_ext as cpu_ext
 from model.kernels import DECODE, MATRIX_BF16, MATRIX_F32, PREFILL, VECTOR, Kernels
+from model.kv import dequantize_rows
 from model.quant import Int4Linear
 
 H, K, DH, MAX_LEN = 6, 2, 16, 300
@@ -67,8 +68,8 @@ def reference_attention(q, cache_k, cache_v, rows, pos):
     out = torch.empty(q.shape, dtype=torch.float64)
     for n in range(len(q)):
         group, dh = q.shape[1] // cache_k.shape[1], q.shape[2]
-        keys = cache_k[rows[n], :, : pos[n] + 1].double().repeat_interleave(group, 0)
-        values = cache_v[rows[n], :, : pos[n] + 1].double().repeat_interleave(group, 0)
+        keys = dequantize_rows(cache_k[rows[n], :, : pos[n] + 1]).double().repeat_interleave(group, 0)
+        values = dequantize_rows(cache_v[rows[n], :, : pos[n] + 1]).double().repeat_interleave(group, 0)
         scores = (q[n].double().unsqueeze(1) @ keys.transpose(1, 2)).squeeze(1) / dh**0.5
         out[n] = (scores.softmax(-1).unsqueeze(1) @ values).squeeze(1)
     return out
@@ -86,15 +87,15 @@ GEOMETRIES = [(6, 2, 16), (6, 2, 64), (12, 2, 32), (5, 1, 24)]
 
 
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: "h{}-kv{}-d{}".format(*g))
-@pytest.mark.parametrize("kv", [torch.float32, torch.bfloat16], ids=["kv-fp32", "kv-bf16"])
+@pytest.mark.parametrize("kv", [torch.float32, torch.bfloat16, torch.int8], ids=["kv-fp32", "kv-bf16", "kv-int8"])
 @pytest.mark.parametrize("mode", [VECTOR, MATRIX_F32, MATRIX_BF16], ids=["vector", "matrix-fp32", "matrix-bf16"])
 def test_attention_matches_fp64_and_is_invariant_to_chunks_and_batches(kernels, mode, kv, geometry):
     if mode == MATRIX_BF16 and not kernels.bf16_matrix:
         pytest.skip("no bf16 matrix unit on this CPU")
     H, K, DH = geometry
     gen = torch.Generator().manual_seed(1)
-    cache_k = torch.randn(3, K, MAX_LEN, DH, generator=gen).to(kv)
-    cache_v = torch.randn(3, K, MAX_LEN, DH, generator=gen).to(kv)
+    cache_k = kernels.store_rows(torch.randn(3, K, MAX_LEN, DH, generator=gen), kv)
+    cache_v = kernels.store_rows(torch.randn(3, K, MAX_LEN, DH, generator=gen), kv)
     # Row 1: a chunk at positions 100..229 (the first 100 "cached"); row 2: a prompt from 0.
     rows = [1] * 130 + [2] * 70
     pos = list(range(100, 230)) + list(range(70))
@@ -108,10 +109,28 @@ def test_attention_matches_fp64_and_is_invariant_to_chunks_and_batches(kernels, 
         assert torch.equal(part, full[start:end]), (start, end)
     # Whatever lies after a query's position (later tokens, garbage, NaN) does not reach it.
     poisoned_k, poisoned_v = cache_k.clone(), cache_v.clone()
-    poisoned_k[1, :, 180:] = float("nan")
-    poisoned_v[1, :, 180:] = float("nan")
+    for poisoned in (poisoned_k, poisoned_v):
+        if kv == torch.int8:  # values that decode to NaN: the rows' scales
+            poisoned[1, :, 180:, DH:] = torch.tensor([float("nan")]).view(torch.int8)
+        else:
+            poisoned[1, :, 180:] = float("nan")
     part = run(kernels, q[:80], poisoned_k, poisoned_v, rows[:80], pos[:80], mode)
     assert torch.equal(part, full[:80])
+
+
+def test_int8_rows_are_their_values_over_a_per_row_scale(kernels):
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(40, K, DH, generator=gen) * torch.logspace(-3, 3, 40).view(40, 1, 1)
+    x[7, 1] = 0.0  # an all-zero row
+    stored = kernels.store_rows(x, torch.int8)
+    assert stored.shape == (40, K, DH + 4) and stored.dtype == torch.int8
+    scale = x.abs().amax(-1, keepdim=True) / 127
+    assert torch.equal(stored[..., DH:].contiguous().view(torch.float32), scale)
+    values = stored[..., :DH].float()
+    assert values.abs().max() <= 127 and torch.equal(values.abs().amax(-1)[x.abs().amax(-1) > 0], torch.full((79,), 127.0))
+    assert not values[7, 1].any()
+    error = (dequantize_rows(stored) - x).abs()
+    assert (error <= scale / 2 * (1 + 1e-6)).all()  # rounded to nearest
 
 
 def test_the_kernels_run_on_torchs_threads(kernels):

@@ -1,7 +1,7 @@
 """Prefix reuse in the engine, as a property: random interleavings of requests whose prompts share
 prefixes (a random tree: branches, repeats, a prompt extending another) give the same tokens,
 logits, logprobs and routed experts, bit for bit, as a cache-less engine serving each request
-alone; in fp32 and in int4, with a small prefix cache (eviction), small prefill chunks, several
+alone; in fp32 and in int4 (bf16 and int8 KV caches), with a small prefix cache (eviction), small prefill chunks, several
 rows at once, cancellation mid-prefill, and new weights between requests. The counters must show
 hits and evictions, so the property cannot hold vacuously.
 
@@ -21,6 +21,7 @@ import model.sequence as sequence_module
 from model.config import ModelConfig
 from model.engine import Engine
 from model.kernels import PREFILL
+from model.kv import kv_dtype, stored_width
 from model.quant import quantize_model, supports_int4
 from model.sampling import SamplingParams
 from model.transformer import Transformer
@@ -75,9 +76,9 @@ def make_model(quantize: str) -> Transformer:
     return quantize_model(model, quantize)
 
 
-def reference(model: Transformer, prompts: list[list[int]], recorder: Recorder) -> dict[tuple, tuple]:
+def reference(model: Transformer, prompts: list[list[int]], recorder: Recorder, kv: str) -> dict[tuple, tuple]:
     """A cache-less engine serving one request at a time: prompt -> (completion, logits)."""
-    engine = Engine(model, ByteTokenizer(), max_batch=1, prefix_cache_gb=0)
+    engine = Engine(model, ByteTokenizer(), max_batch=1, prefix_cache_gb=0, kv_cache_dtype=kv)
     assert engine.prefix is None
     out = {}
     for prompt in map(tuple, prompts):
@@ -138,22 +139,29 @@ def check_against(expected: dict[tuple, tuple], recorded: list) -> int:
     return compared
 
 
-@pytest.mark.parametrize("quantize", ["none", "int4"])
+# (weights, KV cache dtype): the checkpoint's fp32 with an fp32 cache; int4 with bf16 and with
+# int8 rows (the default).
+WEIGHTS_AND_KV = [("none", "fp32"), ("int4", "bf16"), ("int4", "int8")]
+
+
+@pytest.mark.parametrize(("quantize", "kv"), WEIGHTS_AND_KV, ids=["fp32", "int4-kv-bf16", "int4-kv-int8"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_interleaved_requests_with_prefix_reuse_equal_cache_less_ones(monkeypatch, quantize, seed):
+def test_interleaved_requests_with_prefix_reuse_equal_cache_less_ones(monkeypatch, quantize, kv, seed):
     rng = random.Random(seed)
     recorder = Recorder(monkeypatch)
     model = make_model(quantize)
     prompts = prompt_tree(rng, 14)
     victim = rng.randrange(len(prompts))  # a long prompt of its own, cancelled mid-prefill
     prompts.insert(victim, prompts[0][:10] + [rng.randrange(256) for _ in range(100)])
-    expected = reference(model, prompts, recorder)
+    expected = reference(model, prompts, recorder, kv)
     config = model.config
-    kv_bytes = 2 * config.num_layers * config.num_kv_heads * config.head_dim * (4 if quantize == "none" else 2)
+    dtype = kv_dtype(kv)
+    kv_bytes = 2 * config.num_layers * config.num_kv_heads * stored_width(dtype, config.head_dim) * dtype.itemsize
     engine = Engine(
         model, ByteTokenizer(), max_batch=rng.choice([2, 3, 4]), prefix_block=rng.choice([4, 8]),
         prefill_chunk=rng.choice([8, 16, 32]), idle_prefill_chunk=rng.choice([16, 64]),
         prefix_cache_gb=128 * kv_bytes / 2**30,  # about 128 positions: evictions
+        kv_cache_dtype=kv,
     )
     assert engine.prefix is not None and 64 <= engine.prefix.num_blocks * engine.prefix.block <= 128
     results = serve_interleaved(engine, prompts, victim, rng)
@@ -171,8 +179,8 @@ def test_interleaved_requests_with_prefix_reuse_equal_cache_less_ones(monkeypatc
     engine.close()
 
 
-@pytest.mark.parametrize("quantize", ["none", "int4"])
-def test_a_weight_load_empties_the_prefix_cache(monkeypatch, quantize):
+@pytest.mark.parametrize(("quantize", "kv"), WEIGHTS_AND_KV, ids=["fp32", "int4-kv-bf16", "int4-kv-int8"])
+def test_a_weight_load_empties_the_prefix_cache(monkeypatch, quantize, kv):
     """After load_weights (also under the same version number) nothing cached is reused: the
     next requests equal a cache-less engine on the new weights, and only then hit again."""
     recorder = Recorder(monkeypatch)
@@ -180,8 +188,8 @@ def test_a_weight_load_empties_the_prefix_cache(monkeypatch, quantize):
     prompts = [[rng.randrange(256) for _ in range(40)] for _ in range(2)]
     new_weights = Transformer(ModelConfig.debug(max_position_embeddings=256)).init_weights(seed=12).eval()
     state = {name: t.clone() for name, t in new_weights.state_dict().items()}  # quantize_model works in place
-    expected = reference(quantize_model(new_weights, quantize), prompts, recorder)
-    engine = Engine(make_model(quantize), ByteTokenizer(), max_batch=2, prefix_block=8)
+    expected = reference(quantize_model(new_weights, quantize), prompts, recorder, kv)
+    engine = Engine(make_model(quantize), ByteTokenizer(), max_batch=2, prefix_block=8, kv_cache_dtype=kv)
     for version in (1, 1):  # a reload under the same number is new weights too
         engine.generate(prompts, PARAMS)
         assert engine.generate(prompts[:1], PARAMS)[0].cached_tokens > 0
