@@ -5,7 +5,7 @@ the same run (model/kernels.py's fallback, what the engine runs without its exte
   prefill   one follow-up chunk, 473 new tokens over 5,414 cached positions (the bf16 matrix
             tiles where the CPU has AMX or AVX512-BF16, fp32 tiles otherwise)
   decode    one token for 1 and for 8 sequences at ~6k positions (an RL group's decode step),
-            over bf16 and over fp32 keys and values
+            over bf16, int8 (model/kv.py's rows with a scale each) and fp32 keys and values
 
 composer-mini's attention geometry (9 query heads, 3 key/value heads of 64), one layer per call.
 Prints ms a call, the arithmetic rate (prefill) or the key/value bytes read a second (decode),
@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from bench.machine import load_average, machine_line  # noqa: E402
 from bench.report import publish  # noqa: E402
 from model.kernels import DECODE, PREFILL, Kernels  # noqa: E402
+from model.kv import dequantize_rows  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM, MAX_LEN = 9, 3, 64, 8192
 CACHED, CHUNK = 5414, 473
@@ -65,20 +66,22 @@ def measure(reps: int) -> list[dict]:
     if engine.ext is None:
         raise SystemExit(f"the engine's kernels are unavailable here: {engine.reason}")
     rows_out = []
-    for dtype in (torch.bfloat16, torch.float32):
+    for dtype in (torch.bfloat16, torch.int8, torch.float32):
         gen = torch.Generator().manual_seed(1)
-        cache_k = torch.randn(8, KV_HEADS, MAX_LEN, HEAD_DIM, generator=gen).to(dtype)
-        cache_v = torch.randn(8, KV_HEADS, MAX_LEN, HEAD_DIM, generator=gen).to(dtype)
+        cache_k = engine.store_rows(torch.randn(8, KV_HEADS, MAX_LEN, HEAD_DIM, generator=gen), dtype)
+        cache_v = engine.store_rows(torch.randn(8, KV_HEADS, MAX_LEN, HEAD_DIM, generator=gen), dtype)
         for name, (q, rows, pos) in cases(dtype).items():
             role = PREFILL if name == "prefill" else DECODE
             attended = int((pos + 1).sum())  # positions attended, summed over tokens
             row = {"case": name, "kv": str(dtype).removeprefix("torch."), "tokens": len(q), "attended": attended}
-            for label, kernels in (("engine", engine), ("sdpa", fallback)):
-                row[f"{label}_s"] = timed(partial(kernels.attention, q, cache_k, cache_v, rows, pos, role, bf16=True), reps)
+            row["engine_s"] = timed(partial(engine.attention, q, cache_k, cache_v, rows, pos, role, bf16=True), reps)
+            # SDPA over the same values (int8 rows dequantized first, outside the timing)
+            values = [dequantize_rows(c).to(torch.bfloat16) if dtype == torch.int8 else c for c in (cache_k, cache_v)]
+            row["sdpa_s"] = timed(partial(fallback.attention, q, *values, rows, pos, role, bf16=True), reps)
             if role == PREFILL:  # 2 FLOP a multiply-add, Q K^T and P V
                 row["engine_tflops"] = 4 * HEAD_DIM * HEADS * attended / row["engine_s"] / 1e12
             else:  # each token reads its row's keys and values once per key/value head
-                row["kv_gb_per_s"] = 2 * KV_HEADS * HEAD_DIM * cache_k.element_size() * attended / row["engine_s"] / 1e9
+                row["kv_gb_per_s"] = 2 * KV_HEADS * cache_k.shape[-1] * cache_k.element_size() * attended / row["engine_s"] / 1e9
                 row["ns_per_position_head"] = row["engine_s"] * 1e9 / (attended * KV_HEADS)
             rows_out.append(row)
     return rows_out

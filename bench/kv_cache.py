@@ -1,8 +1,9 @@
 """The KV cache's precision on the agent turn (model/kv.py: fp32, bf16, or int8 rows with a
 per-row scale), composer-mini with int4 weights, in one run:
 
-  accuracy  the turn's last prompt (~7.4k tokens: the harness's system prompt and tools, five
-            read_file calls and results) teacher-forced through the engine's runner, against
+  accuracy  the last prompt of a turn that is not timed (~7.4k tokens: the harness's system
+            prompt and tools, five read_file calls and results; its greedy run leaves the
+            system prompt cached, as a served workspace has it, and nothing of the timed turns) teacher-forced through the engine's runner, against
             the fp32 cache: its last PREFILL_POSITIONS positions as a prompt is prefilled
             (chunks that write the cache, then attend over what it stored: bf16 tiles for int4
             weights, whatever the cache holds), its last DECODE_POSITIONS one at a time as tokens
@@ -44,6 +45,8 @@ DTYPES = ("fp32", "bf16", "int8")
 PREFILL_POSITIONS = 1024
 DECODE_POSITIONS = 256
 GREEDY_TOKENS = 64
+ACCURACY_TURN = 9
+"""bench/agent_workload.py's turn the accuracy prompt is taken from (the timed turns are 0, 1, ...)."""
 
 
 def teacher_forced_logprobs(backend: EngineBackend, prompt: list[int], role: str, positions: int) -> torch.Tensor:
@@ -96,7 +99,7 @@ def measure(work: AgentWorkload, reps: int) -> dict[str, Any]:
         backends[name] = EngineBackend(kv_cache_dtype=name, max_batch=2)  # one turn at a time
         print(f"{name}: engine ready in {time.perf_counter() - started:.0f} s "
               f"({backends[name].engine.cache.bytes_per_position} bytes a position)", flush=True)
-    last = backends["fp32"].engine.tokenizer.encode_chat(work.messages(0, STEPS - 1), tools=work.tools)
+    last = backends["fp32"].engine.tokenizer.encode_chat(work.messages(ACCURACY_TURN, STEPS - 1), tools=work.tools)
     roles = {"prefill": (PREFILL, PREFILL_POSITIONS), "decode": (DECODE, DECODE_POSITIONS)}
     reference = {name: teacher_forced_logprobs(backends["fp32"], last, *how) for name, how in roles.items()}
     reference_tokens = greedy(backends["fp32"], last)
@@ -134,7 +137,7 @@ def summary(res: dict[str, Any]) -> dict[str, float]:
 
 def tables(results: dict[str, Any]) -> str:
     sums = {name: summary(results[name]) for name in DTYPES}
-    last = results["fp32"]["turns"][0][-1]["prompt_tokens"]
+    last = results["fp32"]["turns"][0][-1]["prompt_tokens"]  # of the timed turn 0
     rows = [
         ("bytes of keys and values a position (30 layers)", lambda n: f"{results[n]['bytes_per_position']:,}"),
         ("whole turn, 6 steps (s)", lambda n: f"{sums[n]['turn_s']:.1f}"),

@@ -56,6 +56,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from model.constrained_schema import ANY, CHAR_TYPE, NUMBER, TYPE_COST, TYPE_FIRST, ArgSchema
+from model.token_table import TokenTable
 from model.toolcalls import CLOSE_TAG, OPEN_TAG, tool_specs
 
 Mode = Literal["auto", "required", "none"]
@@ -406,44 +407,6 @@ class _Grammar:
         return '"' if symbol == _ARGS_FIRST else ","
 
 
-class TokenTable:
-    """Per-vocabulary facts, computed once: each token's text, whether it holds a '<', whether
-    it is plain string content (no quote, backslash or control character), which ids are
-    special, and the id of each single-character token."""
-
-    def __init__(
-        self,
-        token_strings: Sequence[str],
-        eos_token_ids: Iterable[int] = (),
-        special_token_ids: Iterable[int] = (),
-    ) -> None:
-        self.strings = list(token_strings)
-        self.eos_token_ids = list(eos_token_ids)
-        self.special = bytearray(len(self.strings))
-        self.has_lt = bytearray(len(self.strings))
-        self.plain = bytearray(len(self.strings))
-        self.char_ids: dict[str, int] = {}
-        for i in [*self.eos_token_ids, *special_token_ids]:
-            if not 0 <= i < len(self.strings):
-                raise ValueError(
-                    f"special token id {i} is outside the vocabulary of {len(self.strings)}"
-                )
-            self.special[i] = 1
-        for i, text in enumerate(self.strings):
-            if not text:
-                self.special[i] = 1
-            if self.special[i]:
-                continue
-            self.has_lt[i] = "<" in text
-            self.plain[i] = '"' not in text and "\\" not in text and min(text) >= " "
-            if len(text) == 1:
-                self.char_ids.setdefault(text, i)
-        self.opening_ids = [i for i, text in enumerate(self.strings) if OPEN_TAG in text]
-
-    def __len__(self) -> int:
-        return len(self.strings)
-
-
 class ToolCallConstraint:
     """Per-request constraint state; see the module docstring for the contract and usage."""
 
@@ -543,6 +506,24 @@ class ToolCallConstraint:
             raise ValueError(f"token {token_id} ({text!r}) is not allowed {self._where()}")
         self._state = after
         self._cache.clear()
+
+    def only_allowed(self, token_id: int, preferred: Iterable[int], tokens_left: int | None = None) -> bool:
+        """Whether `token_id` is the one token allowed now (a forced token). `preferred` (the
+        model's likeliest) are tried first, so the usual answer, another is allowed, comes after
+        a few checks; then the special tokens, then the characters the grammar takes here: each
+        as its own token, then every token it starts (a token whose first character is refused
+        is refused), not the whole vocabulary."""
+        table = self.table
+
+        def another(ids: Iterable[int]) -> bool:
+            return any(other != token_id and self.is_allowed(other, tokens_left) for other in ids)
+
+        if another(preferred) or another(table.special_ids):
+            return False
+        firsts = [ch for ch in table.by_first_char if self._grammar.step(self._state, ch) is not None]
+        if another(table.char_ids[ch] for ch in firsts if ch in table.char_ids):
+            return False
+        return not another(other for ch in firsts for other in table.by_first_char[ch])
 
     def first_allowed(self, candidate_ids: Iterable[int], tokens_left: int | None = None) -> int:
         """The first allowed id among candidates (in preference order). If none is, the next

@@ -211,16 +211,15 @@ class Engine:
     def tool_call_constraint(self, tools: list[dict] | None, mode: str = "auto"):
         """A fresh per-request constraint that keeps tool calls well-formed (model/constrained.py);
         the vocabulary's token table is built once per engine."""
-        from model.constrained import TokenTable, ToolCallConstraint
+        from model.constrained import ToolCallConstraint
+        from model.token_table import TokenTable
 
         with self._lock:
             if self._token_table is None:
                 tok = self.tokenizer
                 # End-of-turn first: the constraint ends free text with the first of these.
                 stops = list(dict.fromkeys([tok.eos_token_id, *tok.stop_token_ids]))
-                self._token_table = TokenTable(
-                    tok.token_strings(), eos_token_ids=stops, special_token_ids=tok.special_token_ids
-                )
+                self._token_table = TokenTable(tok.token_strings(), stops, tok.special_token_ids)
         return ToolCallConstraint(self._token_table, tools=tools, mode=mode)
 
     def prefix_cache_report(self) -> dict[str, Any]:

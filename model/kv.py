@@ -45,8 +45,8 @@ def kv_dtype(name: str | torch.dtype) -> torch.dtype:
 def default_kv_dtype(int4: bool, kernels: bool) -> str:
     """The cache a model gets unless asked: int8 rows for int4 models with the C++ `kernels`
     (half bf16's bytes, which decoding at thousands of positions is bound by: the agent turn's
-    decoding 48.8 -> 56.1 tok/s, top-1 agreement with an fp32 cache 97.7% against bf16's 99.6%,
-    mean KL 1.7e-3 against 1.1e-3 nats; bench/kv_cache.py), bf16 for int4 without them, fp32 for
+    decoding 50.5 -> 59.8 tok/s, decoded top-1 agreement with an fp32 cache 96.9% against bf16's
+    98.1%, mean KL 1.5e-3 against 1.1e-3 nats; bench/kv_cache.py), bf16 for int4 without them, fp32 for
     the checkpoint's weights (whose logprobs then match the trainer's)."""
     if not int4:
         return "fp32"
@@ -85,10 +85,6 @@ class KVCache:
         """Invalidates every row: from now on entries belong to `weight_version`."""
         self.weight_version = weight_version
         self.resets += 1
-
-    @property
-    def head_dim(self) -> int:
-        return self.k[0].shape[3] - (INT8_SCALE_BYTES if self.dtype == torch.int8 else 0)
 
     @property
     def bytes_per_position(self) -> int:

@@ -15,7 +15,6 @@ so training masks it (training/data.py).
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,7 +128,7 @@ class Sampler:
             top = list(zip(ids.tolist(), values.tolist()))
         if p.repetition_penalty != 1.0:
             self._seen.add(token)
-        forced = constrained and (replaced or _only_allowed(constraint, token, logprobs_V, tokens_left))
+        forced = constrained and (replaced or constraint.only_allowed(token, _best(logprobs_V), tokens_left))
         return Choice(token, float(logprobs_V[token]), top, forced)
 
     def _adjusted(self, logits_V: torch.Tensor, banned: frozenset[int] | set[int]) -> torch.Tensor:
@@ -181,13 +180,3 @@ class Sampler:
 def _best(logprobs_V: torch.Tensor) -> list[int]:
     """The model's 64 likeliest tokens, best first."""
     return logprobs_V.topk(min(64, logprobs_V.numel())).indices.tolist()
-
-
-def _only_allowed(constraint: Any, token: int, logprobs_V: torch.Tensor, tokens_left: int) -> bool:
-    """Whether `token` is the one token the constraint allows now. The model's likeliest tokens
-    are tried first, so the usual answer (another is allowed) comes after a few checks; only a
-    state that admits a single token scans the whole vocabulary."""
-    for other in itertools.chain(_best(logprobs_V), range(len(constraint.table))):
-        if other != token and constraint.is_allowed(other, tokens_left):
-            return False
-    return True

@@ -707,12 +707,23 @@ void matrix_task(const float* q, const Segment& seg, int64_t t0, int64_t t1, int
   }
 }
 
-// `n` stored int8 rows -> n x Dh fp32 values (each value times its row's scale).
-void dequantize_rows(const int8_t* src, int64_t n, int64_t Dh, float* dst) {
+// `n` stored int8 rows -> n x Dh values of T, fp32 or bf16 (rounded to nearest even): each value
+// times its row's scale.
+template <typename T>
+void dequantize_rows(const int8_t* src, int64_t n, int64_t Dh, T* dst) {
+  constexpr int64_t W = Vec::size();
   for (int64_t c = 0; c < n; ++c) {
     const int8_t* row = src + c * (Dh + kInt8ScaleBytes);
     const float scale = int8_scale(row, Dh);
-    for (int64_t d = 0; d < Dh; ++d) dst[c * Dh + d] = static_cast<float>(row[d]) * scale;
+    T* out = dst + c * Dh;
+    int64_t d = 0;
+    if constexpr (std::is_same_v<T, at::BFloat16>) {
+      for (; d + 2 * W <= Dh; d += 2 * W)
+        at::vec::convert_from_float<at::BFloat16>(load(row + d) * Vec(scale), load(row + d + W) * Vec(scale)).store(out + d);
+    } else {
+      for (; d + W <= Dh; d += W) (load(row + d) * Vec(scale)).store(out + d);
+    }
+    for (; d < Dh; ++d) out[d] = T(static_cast<float>(row[d]) * scale);
   }
 }
 
@@ -735,8 +746,8 @@ void attention_matrix(const float* q, const KT* ck, const KT* cv, const int64_t*
       const int64_t kh = (t - offset[i]) / tiles[i], j = (t - offset[i]) % tiles[i];
       const int64_t kv_len = segs[i].p0 + (segs[i].t1 - segs[i].t0), valid = std::min(kTile, kv_len - j * kTile);
       const int64_t base = ((segs[i].row * K + kh) * g.max_len + j * kTile) * g.row;
-      if constexpr (std::is_same_v<KT, int8_t>) {  // int8 rows: as fp32, then packed like them
-        std::vector<float> k(valid * Dh), v(valid * Dh);
+      if constexpr (std::is_same_v<KT, int8_t>) {  // int8 rows: as the tiles' type, then packed as such
+        std::vector<CT> k(valid * Dh), v(valid * Dh);
         dequantize_rows(ck + base, valid, Dh, k.data());
         dequantize_rows(cv + base, valid, Dh, v.data());
         Tiles<CT>::pack_keys(k.data(), valid, Dh, keys.data() + t * key_tile);

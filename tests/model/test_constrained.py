@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from model.constrained import TokenTable, ToolCallConstraint
+from model.constrained import ToolCallConstraint
 from model.constrained_schema import ANY, BOOLEAN, INTEGER, NULL, NUMBER, STRING, type_mask
+from model.token_table import TokenTable
 from model.toolcalls import (
     CLOSE_TAG,
     OPEN_TAG,
@@ -390,12 +391,32 @@ def test_many_calls_from_a_biased_model():
 # --- tables, errors, cost --------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("tokens_left", [None, 10_000])
+def test_only_allowed_equals_a_scan_of_the_vocabulary(tokens_left):
+    """At every state of a message with calls (its own tokens and character by character), for
+    each allowed token: forced exactly when no other token of the vocabulary is allowed."""
+    text = "Sure.\n" + render_tool_calls([ToolCall("read_file", {"path": E_ACUTE + "/a.py", "n": [1, -2.5e3]})])
+    forced_seen = 0
+    for ids in (tokenize(text), [IDS[ch] for ch in text]):
+        c = make()
+        for token in ids:
+            allowed = [t for t in range(len(VOCAB)) if c.is_allowed(t, tokens_left)]
+            for t in allowed:
+                assert c.only_allowed(t, [], tokens_left) == (allowed == [t]), (VOCAB[t], c._where())
+                assert not c.only_allowed(t, allowed, tokens_left) or allowed == [t]
+            forced_seen += len(allowed) == 1
+            c.advance(token)
+    assert forced_seen > 10  # states with one allowed token were met
+
+
 def test_token_table():
     assert TABLE.special[EOS] and TABLE.special[IM_START] and not TABLE.special[IDS["a"]]
     assert TABLE.has_lt[IDS["<tool"]] and not TABLE.has_lt[IDS["Hello"]]
     assert TABLE.plain[IDS[NIHON]] and not TABLE.plain[IDS['{"']] and not TABLE.plain[IDS["\n"]]
     assert TABLE.char_ids["\n"] == VOCAB.index("\n")
     assert TABLE.opening_ids == [IDS[OPEN_TAG]]
+    assert TABLE.special_ids == [EOS, IM_START] and IDS["Hello"] in TABLE.by_first_char["H"]
+    assert not any(TABLE.special[i] for ids in TABLE.by_first_char.values() for i in ids)
     with pytest.raises(ValueError, match="outside the vocabulary"):
         TokenTable(["a"], eos_token_ids=[3])
 

@@ -142,7 +142,8 @@ def test_engine_fused_completions_equal_python(kernels):
 
 
 def _constraint(engine: Engine, tools, mode):
-    from model.constrained import TokenTable, ToolCallConstraint
+    from model.constrained import ToolCallConstraint
+    from model.token_table import TokenTable
 
     tok = engine.tokenizer
     strings = [bytes([i]).decode("latin-1") for i in range(256)]

@@ -15,8 +15,8 @@ class Allow:
 
     is_constraining = True
 
-    def __init__(self, allowed: set[int], vocab: int) -> None:
-        self.allowed, self.table = allowed, range(vocab)
+    def __init__(self, allowed: set[int]) -> None:
+        self.allowed = allowed
 
     def is_allowed(self, token: int, tokens_left: int | None = None) -> bool:
         return token in self.allowed
@@ -24,12 +24,15 @@ class Allow:
     def first_allowed(self, candidates, tokens_left=None) -> int:
         return next((c for c in candidates if c in self.allowed), min(self.allowed))
 
+    def only_allowed(self, token: int, preferred, tokens_left=None) -> bool:
+        return self.allowed == {token}
+
 
 LOGITS = torch.tensor([0.5, 3.0, 1.0, 2.0, -1.0])
 
 
 def choose(allowed: set[int] | None, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0):
-    constraint = Allow(allowed, len(LOGITS)) if allowed is not None else None
+    constraint = Allow(allowed) if allowed is not None else None
     params = SamplingParams(temperature=temperature, top_p=top_p, seed=seed, constraint=constraint)
     return Sampler(params).choose(LOGITS, tokens_left=10)
 
@@ -55,7 +58,7 @@ def test_sampled_choices_report_the_unconstrained_temperature_scaled_logprob():
         assert (single.token, single.forced) == (4, True)
         # Tokens 2 and 3 have probability e^-20 each: the first draw (0 or 1) is always replaced.
         logits = torch.tensor([10.0, 10.0, -10.0, -10.0])
-        params = SamplingParams(temperature=1.0, seed=seed, constraint=Allow({2, 3}, 4))
+        params = SamplingParams(temperature=1.0, seed=seed, constraint=Allow({2, 3}))
         two = Sampler(params).choose(logits, tokens_left=10)
         assert two.token in (2, 3) and two.forced
         assert two.logprob == pytest.approx(float(torch.log_softmax(logits, -1)[two.token]))
