@@ -44,10 +44,11 @@ def kv_dtype(name: str | torch.dtype) -> torch.dtype:
 
 def default_kv_dtype(int4: bool, kernels: bool) -> str:
     """The cache a model gets unless asked: int8 rows for int4 models with the C++ `kernels`
-    (half bf16's bytes, which decoding at thousands of positions is bound by: the agent turn's
-    decoding 50.5 -> 59.8 tok/s, decoded top-1 agreement with an fp32 cache 96.9% against bf16's
-    98.1%, mean KL 1.5e-3 against 1.1e-3 nats; bench/kv_cache.py), bf16 for int4 without them, fp32 for
-    the checkpoint's weights (whose logprobs then match the trainer's)."""
+    (half bf16's bytes, which decoding at thousands of positions is bound by). On the agent turn
+    (bench/kv_cache.py, three runs): decoding 49.6-50.5 -> 56.5-59.8 tok/s, decoded top-1
+    agreement with an fp32 cache 96.9-98.4% against bf16's 98.1-98.8%, mean KL 1.5-1.7e-3
+    against 1.1-1.3e-3 nats. bf16 for int4 without the kernels; fp32 for the checkpoint's
+    weights (whose logprobs then match the trainer's)."""
     if not int4:
         return "fp32"
     return "int8" if kernels else "bf16"
