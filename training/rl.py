@@ -33,7 +33,6 @@ from training.checkpoint import Checkpointer, export_model
 from training.config import PRESETS, RLConfig
 from training.distributed import broadcast_groups, init_from_env, shard_model
 from training.lora import save_adapter
-from training.memory import return_freed_memory
 from training.metrics import RunLog, plot_run
 from training.rollout import RolloutSource, make_source
 from training.trainer import Trainer, load_policy, resolve_model_path
@@ -323,7 +322,6 @@ def parse_args(argv: list[str] | None = None) -> RLConfig:
 
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
-    return_freed_memory()  # training/memory.py: GBs an update stayed resident without it
     run = train(config)
     if not run.leader:
         return 0
