@@ -33,6 +33,7 @@ from training.checkpoint import Checkpointer, export_model
 from training.config import PRESETS, RLConfig
 from training.distributed import broadcast_groups, init_from_env, shard_model
 from training.lora import save_adapter
+from training.memory import release_freed_memory
 from training.metrics import RunLog, plot_run
 from training.rollout import RolloutSource, make_source
 from training.trainer import Trainer, load_policy, resolve_model_path
@@ -145,6 +146,8 @@ def warm_start(run: Run, progress) -> None:
     weights = sync_tensors(run.trainer.model)
     if run.leader:
         asyncio.run(run.source.sync(weights, run.trainer.step))
+    del weights
+    release_freed_memory()
 
 
 def demonstrations(run: Run) -> list:
@@ -216,6 +219,7 @@ async def reinforce(run: Run, progress) -> None:
             metrics["staleness"] = sum(run.buffer.version - g.version for g in groups) / len(groups)
             weights = await asyncio.to_thread(sync_tensors, run.trainer.model)
             await run.source.sync(weights, run.trainer.step)
+            del weights  # else the next sync's copy is made while this one is held
             run.buffer.advance(groups)
             metrics["dropped_stale_total"] = float(run.buffer.dropped_stale)
             wake.set()
@@ -246,6 +250,7 @@ async def _run_job(run: Run, job: int) -> Group:
 
 
 def _after_update(run: Run, metrics: dict[str, float], progress) -> None:
+    release_freed_memory()  # training/memory.py: else GBs an update stay resident
     step = run.trainer.step
     if run.log is not None:
         run.log.write(step, metrics)
