@@ -7,7 +7,9 @@ One worker thread owns the model. Requests queue up; each iteration of the worke
   prompt into its row (model/prefix_cache.py); a request whose prompt shares an uncached
   prefix with one being prefilled waits for it, so an RL group prefills its prompt once;
 - decodes one token of every decoding sequence together (model/fused_decode.py's C++ step, or
-  the Python path when drafts are verified or the step is unavailable);
+  the Python path where the step is unavailable); a lone greedy sequence also verifies its
+  prompt-lookup draft in that step, as rows at the next positions of its cache row, so the
+  tokens equal plain decoding's;
 - prefills the next chunk of the waiting prompts, several sequences in one forward, with at most
   `prefill_chunk` tokens while others decode (so a long prompt delays their next token by one
   chunk, not by its whole prefill) and `idle_prefill_chunk` when nobody does.
@@ -532,20 +534,19 @@ class Engine:
 
     def _decode_step(self, decoding: list[_Pending]) -> None:
         seqs = [p.seq for p in decoding]
-        drafts = [self._draft(seq) for seq in seqs]
-        if self.fused is not None and not any(drafts):
+        # A fused step over several sequences already shares its weight reads; a draft would only
+        # add tokens (each ~0.55 of a step at 7k positions: attention is per token).
+        lone = self.fused is None or len(seqs) == 1
+        drafts = [self._draft(seq) if lone else [] for seq in seqs]
+        fed = [1 + len(d) for d in drafts]
+        starts = list(np.cumsum([0, *fed[:-1]]))
+        ids = [t for seq, d in zip(seqs, drafts) for t in (seq.last_token, *d)]
+        rows = [seq.row for seq, n in zip(seqs, fed) for _ in range(n)]
+        positions = [seq.length + j for seq, n in zip(seqs, fed) for j in range(n)]
+        if self.fused is not None:  # a draft's tokens are rows at consecutive positions of its row
             want = any(seq.params.return_routing for seq in seqs)
-            logits_BV, experts_BLk = self.fused.step(
-                [s.last_token for s in seqs], [s.row for s in seqs], [s.length for s in seqs], want
-            )
-            fed = [1] * len(seqs)
-            starts = list(range(len(seqs)))
+            logits_BV, experts_BLk = self.fused.step(ids, rows, positions, want)
         else:
-            fed = [1 + len(d) for d in drafts]
-            starts = list(np.cumsum([0, *fed[:-1]]))
-            ids = [t for seq, d in zip(seqs, drafts) for t in (seq.last_token, *d)]
-            rows = [seq.row for seq, n in zip(seqs, fed) for _ in range(n)]
-            positions = [seq.length + j for seq, n in zip(seqs, fed) for j in range(n)]
             out = self.runner.forward(torch.tensor(ids), torch.tensor(rows), torch.tensor(positions), DECODE)
             logits_BV, experts_BLk = out.logits, out.experts_NLk
         for pending, draft, start, n in zip(decoding, drafts, starts, fed):
@@ -559,10 +560,6 @@ class Engine:
 
     def _draft(self, seq: Sequence) -> list[int]:
         if not seq.params.use_speculation:
-            return []
-        if seq.params.speculative is None and self.fused is not None:
-            # The engine's choice: a fused step (~7 ms) beats verifying drafts on the eager
-            # path, even when most drafts are accepted (docs/benchmarks.md). Asked-for drafts stay.
             return []
         if seq.draft_pause > 0:
             seq.draft_pause -= 1

@@ -134,8 +134,8 @@ class Sequence:
         if accepted == 0:
             self.draft_pause = self._draft_backoff
             self._draft_backoff = min(2 * self._draft_backoff, 32)
-            return
-        self._draft_backoff = 1
+        else:
+            self._draft_backoff = 1
         self.draft_limit = min(most, 2 * self.draft_limit) if accepted == drafted else max(2, accepted + 1)
 
     def _append(self, token: int, logprob: float, top: list[tuple[int, float]], forced: bool = False) -> None:

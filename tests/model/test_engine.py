@@ -57,6 +57,25 @@ def test_speculative_output_equals_plain_and_accepts_drafts(engine):
     assert all(o.num_draft_tokens == 0 for o in plain)
 
 
+def test_draft_length_adapts_to_what_was_accepted():
+    from model.sequence import Sequence
+
+    seq = Sequence([1, 2], SamplingParams(max_tokens=40), [0], ByteTokenizer(stop_token_ids=(0,)), 128)
+    assert seq.draft_limit == 10
+    seq._adapt_drafting(accepted=0, drafted=10)  # rejected at once: pause, then a short draft
+    assert (seq.draft_pause, seq.draft_limit) == (1, 2)
+    seq._adapt_drafting(accepted=0, drafted=2)  # again: the pause doubles
+    assert (seq.draft_pause, seq.draft_limit) == (2, 2)
+    seq._adapt_drafting(accepted=2, drafted=2)  # all accepted: twice as long, no pause next time
+    seq._adapt_drafting(accepted=0, drafted=4)
+    assert (seq.draft_pause, seq.draft_limit) == (1, 2)
+    seq._adapt_drafting(accepted=2, drafted=2)
+    seq._adapt_drafting(accepted=4, drafted=4)
+    assert seq.draft_limit == 8
+    seq._adapt_drafting(accepted=3, drafted=8)  # partly accepted: one past what was accepted
+    assert seq.draft_limit == 4
+
+
 def test_more_requests_than_rows_all_finish_as_if_alone(engine):
     prompts = [list(f"prompt number {i}: ".encode()) for i in range(9)]
     params = SamplingParams(max_tokens=12, ignore_eos=True)

@@ -2,7 +2,8 @@
 DECODE role of model/runner.py: bit-identical logits, routed experts and cache contents for
 several sequences at once, each at its own row and position (MoE, dense, top-1/top-3, GQA 6:1,
 a LoRA adapter's residual beside the int4 matrices; fp32, bf16 and int8 KV caches); the engine using it
-for what sessions ask (batches, routing records, logprobs, the tool-call constraint) with the
+for what sessions ask (batches, routing records, logprobs, the tool-call constraint, verified
+drafts) with the
 same completions as without it; the env switch and the fallback; and (slow) 80 greedy steps of
 composer-mini with identical logits at every step.
 
@@ -126,17 +127,22 @@ def test_engine_fused_completions_equal_python(kernels):
                    for e in (fused, python)]
     [c], [d] = fused.generate([prompts[2]], constrained[0]), python.generate([prompts[2]], constrained[1])
     assert c.token_ids == d.token_ids and c.text.startswith("<tool_call>")
-    # Asked-for drafts are verified on the Python path; by default the fused engine skips
-    # drafting (a fused step is cheaper than a verification) while the Python engine drafts.
+    # Drafts (prompt lookup, on by default for greedy decoding) are verified in the fused step,
+    # as rows at the next positions: the same tokens and logprobs as plain fused decoding.
     calls.clear()
     repetitive = [list(b"abc abc abc abc abc")]
-    [a] = fused.generate(repetitive, SamplingParams(max_tokens=40, ignore_eos=True, speculative=True))
+    [a] = fused.generate(repetitive, SamplingParams(max_tokens=40, ignore_eos=True, top_logprobs=3))
     [b] = python.generate(repetitive, SamplingParams(max_tokens=40, ignore_eos=True, speculative=False))
-    [c] = fused.generate(repetitive, SamplingParams(max_tokens=40, ignore_eos=True))
+    [c] = fused.generate(repetitive, SamplingParams(max_tokens=40, ignore_eos=True, speculative=False, top_logprobs=3))
     [d] = python.generate(repetitive, SamplingParams(max_tokens=40, ignore_eos=True))
-    assert a.token_ids == b.token_ids == c.token_ids == d.token_ids
+    assert a.token_ids == b.token_ids == c.token_ids == d.token_ids and a.logprobs == c.logprobs
+    assert a.top_logprobs == c.top_logprobs
     assert a.num_accepted_draft_tokens > 0 and d.num_accepted_draft_tokens > 0 and c.num_draft_tokens == 0
-    assert calls  # the plain steps between verifications ran fused
+    assert max(calls) > 1  # a verification ran fused
+    # Sequences decoding together do not draft: the batch already shares the weight reads.
+    calls.clear()
+    fused.generate(repetitive * 2, SamplingParams(max_tokens=20, ignore_eos=True))
+    assert max(calls) == 2
     for engine in (fused, python):
         engine.close()
 
@@ -181,7 +187,7 @@ def test_switches_and_fallback(kernels, monkeypatch, capsys):
 @pytest.mark.slow
 def test_composer_mini_int4_fused_greedy_is_the_python_greedy(kernels, composer_mini_dir):
     """80 greedy steps from the chat prompt: identical logits (bit for bit) at every step, and the
-    engine's completions identical with the fused step on and off."""
+    engine's completions identical with the fused step on and off, and with drafts verified."""
     import sys
     from pathlib import Path
 
@@ -210,5 +216,8 @@ def test_composer_mini_int4_fused_greedy_is_the_python_greedy(kernels, composer_
     python = Engine(model, engine.tokenizer, max_batch=1, fused_decode=False)
     [b] = python.generate([prompt], params)
     assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
+    # Prompt-lookup drafts verified in the fused step (the default for greedy decoding): the same.
+    [c] = engine.generate([prompt], SamplingParams(max_tokens=80, ignore_eos=True))
+    assert c.num_draft_tokens > 0 and c.token_ids == a.token_ids and c.logprobs == a.logprobs
     for e in (engine, python):
         e.close()
