@@ -69,11 +69,13 @@ class EngineBackend:
 
     name = "engine"
 
-    def __init__(self, quantize: str = "int4", **engine_kwargs) -> None:
+    def __init__(self, quantize: str = "int4", speculative: bool | None = None, **engine_kwargs) -> None:
         from model.engine import Engine
 
         # As agent/session.py builds it; `engine_kwargs` for a bench that varies the engine.
         self.engine = Engine.from_pretrained(quantize=quantize, prefault=True, **engine_kwargs)
+        self.speculative = speculative  # SamplingParams.speculative: None is the engine's default
+        self.last = None  # the last step's Completion
         self.engine.prefaulter.ready.wait()  # as a server that has been up a while
         self.prefault = self.engine.prefault_report()
 
@@ -84,7 +86,7 @@ class EngineBackend:
         prompt = engine.tokenizer.encode_chat(messages, tools=tools)
         params = SamplingParams(
             max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True,
-            constraint=engine.tool_call_constraint(tools), return_routing=True,
+            constraint=engine.tool_call_constraint(tools), return_routing=True, speculative=self.speculative,
         )
         loop = asyncio.get_running_loop()
         first: list[float] = []
@@ -103,6 +105,7 @@ class EngineBackend:
         result, ended = await done
         if isinstance(result, BaseException):
             raise result
+        self.last = result
         return Step(len(prompt), getattr(result, "cached_tokens", None), first[0] - started, ended - started,
                     len(result.token_ids))
 

@@ -1,11 +1,10 @@
 """The C++ decode step (model/fused_decode.py, model/csrc/fused_decode.cpp) against the Python
 DECODE role of model/runner.py: bit-identical logits, routed experts and cache contents for
 several sequences at once, each at its own row and position (MoE, dense, top-1/top-3, GQA 6:1,
-a LoRA adapter's residual beside the int4 matrices; fp32, bf16 and int8 KV caches); the engine using it
-for what sessions ask (batches, routing records, logprobs, the tool-call constraint, verified
-drafts) with the
-same completions as without it; the env switch and the fallback; and (slow) 80 greedy steps of
-composer-mini with identical logits at every step.
+a LoRA adapter's residual beside the int4 matrices; fp32, bf16 and int8 KV caches); the engine
+using it for what sessions ask (batches, routing records, logprobs, the tool-call constraint,
+verified drafts) with the same completions as without it; the env switch and the fallback; and
+(slow) 80 greedy steps of composer-mini with identical logits at every step.
 
 The extension compiles once per machine (model/cpu_ext.py; cached under the Composer home).
 Run: .venv/bin/python -m pytest tests/model/test_fused_decode.py [-m "not slow"]
