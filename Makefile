@@ -67,15 +67,14 @@ model: setup
 	$(PY) -m model.convert upcycle
 
 # The run directory keeps its checkpoints: rerunning resumes it (docs/benchmarks.md, the learning
-# run). RL runs synchronously, one update a process: the trainer's memory grows by gigabytes an
-# update on this CPU path (issue 18's note), and a fresh process resumes the same run exactly.
+# run). RL_STEPS RL updates follow the warm start in the same process, asynchronously as the cpu
+# preset has it (each update beside the next one's rollouts; peak 20.6 GB on this CPU path).
 RL_STEPS ?= 0
 TRAIN_RUN ?= $(or $(COMPOSER_HOME),$(HOME)/.cache/composer)/runs/composer-mini-trained
-RL_ARGS := --preset cpu --model.no-context-gradient --buffer.max-offpolicy-steps 0 --checkpoint.dir "$(TRAIN_RUN)"
+RL_ARGS := --preset cpu --model.no-context-gradient --checkpoint.dir "$(TRAIN_RUN)"
 model-trained: setup
 	$(PY) -m model.home
-	$(PY) -m training.rl $(RL_ARGS) --train.steps 0
-	for n in $$(seq 1 $(RL_STEPS)); do $(PY) -m training.rl $(RL_ARGS) --checkpoint.every 1 --train.steps $$n || exit 1; done
+	$(PY) -m training.rl $(RL_ARGS) --train.steps $(RL_STEPS)
 	$(PY) -m model.home install-trained "$(TRAIN_RUN)/final"
 
 bench: setup
