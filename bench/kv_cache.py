@@ -1,16 +1,16 @@
 """The KV cache's precision on the agent turn (model/kv.py: fp32, bf16, or int8 rows with a
 per-row scale), composer-mini with int4 weights, in one run:
 
-  accuracy  the last prompt of a turn that is not timed (~7.4k tokens: the harness's system
-            prompt and tools, five read_file calls and results; its greedy run leaves the
-            system prompt cached, as a served workspace has it, and nothing of the timed turns) teacher-forced through the engine's runner, against
-            the fp32 cache: its last PREFILL_POSITIONS positions as a prompt is prefilled
-            (chunks that write the cache, then attend over what it stored: bf16 tiles for int4
-            weights, whatever the cache holds), its last DECODE_POSITIONS one at a time as tokens
-            are decoded (fp32 arithmetic over the stored rows); per position the top-1
-            agreement, the drift of the fp32 top token's logprob (mean and max |diff|) and
-            KL(fp32 || other); and 64 greedy tokens decoded from that prompt: how many match
-            fp32's before the first difference
+  accuracy  the last prompt of a turn that is not timed (~7.4k tokens: the harness's system prompt
+            and tools, five read_file calls and results; its greedy run leaves the system prompt
+            cached, as a served workspace has it, and nothing of the timed turns) teacher-forced
+            through the engine's runner, against the fp32 cache: its last PREFILL_POSITIONS
+            positions as a prompt is prefilled (chunks that write the cache, then attend over what
+            it stored: bf16 tiles for int4 weights, whatever the cache holds), its last
+            DECODE_POSITIONS one at a time as tokens are decoded (fp32 arithmetic over the stored
+            rows); per position the top-1 agreement, the drift of the fp32 top token's logprob
+            (mean and max |diff|) and KL(fp32 || other); and 64 greedy tokens decoded from that
+            prompt: how many match fp32's before the first difference
   speed     the 6-step turn as bench/agent_turn.py's engine backend runs it (tool-call
             constraint, routed experts recorded, 64 tokens a step), the three caches' engines
             side by side, turns interleaved: per step TTFT and decode rate at 4.7-7.4k positions

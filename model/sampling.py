@@ -118,17 +118,19 @@ class Sampler:
         logprobs_V = torch.log_softmax(self._adjusted(logits_V, banned) / (p.temperature or 1.0), dim=-1)
         constraint = p.constraint
         constrained = constraint is not None and constraint.is_constraining
+        # The model's likeliest first: where the constraint is looking, every choice needs them.
+        ranked = _best(logprobs_V) if constrained else []
         if p.greedy:
-            token, replaced = self._first_allowed(logprobs_V, tokens_left, constrained)
+            token, replaced = self._first_allowed(logprobs_V, ranked, tokens_left, constrained)
         else:
-            token, replaced = self._sample(logprobs_V, tokens_left, constrained)
+            token, replaced = self._sample(logprobs_V, ranked, tokens_left, constrained)
         top: list[tuple[int, float]] = []
         if p.top_logprobs:
             values, ids = logprobs_V.topk(p.top_logprobs)
             top = list(zip(ids.tolist(), values.tolist()))
         if p.repetition_penalty != 1.0:
             self._seen.add(token)
-        forced = constrained and (replaced or constraint.only_allowed(token, _best(logprobs_V), tokens_left))
+        forced = constrained and (replaced or constraint.only_allowed(token, ranked, tokens_left))
         return Choice(token, float(logprobs_V[token]), top, forced)
 
     def _adjusted(self, logits_V: torch.Tensor, banned: frozenset[int] | set[int]) -> torch.Tensor:
@@ -146,15 +148,17 @@ class Sampler:
             logits_V[torch.tensor(sorted(banned))] = float("-inf")
         return logits_V
 
-    def _first_allowed(self, logprobs_V: torch.Tensor, tokens_left: int, constrained: bool) -> tuple[int, bool]:
+    def _first_allowed(self, logprobs_V: torch.Tensor, ranked: list[int], tokens_left: int,
+                       constrained: bool) -> tuple[int, bool]:
         best = int(logprobs_V.argmax())
         if not constrained:
             return best, False
         # The model's 64 best, then the constraint's own shortest way forward.
-        token = self.params.constraint.first_allowed(_best(logprobs_V), tokens_left)
+        token = self.params.constraint.first_allowed(ranked, tokens_left)
         return token, token != best
 
-    def _sample(self, logprobs_V: torch.Tensor, tokens_left: int, constrained: bool) -> tuple[int, bool]:
+    def _sample(self, logprobs_V: torch.Tensor, ranked: list[int], tokens_left: int,
+                constrained: bool) -> tuple[int, bool]:
         """The drawn token, and whether the constraint replaced the first draw."""
         probs_V = logprobs_V.exp()
         if 0 < self.params.top_k < probs_V.numel():
@@ -174,7 +178,7 @@ class Sampler:
             if float(probs_V.sum()) <= 0.0:
                 break
         # The model keeps proposing tokens the constraint forbids: take its best allowed one.
-        return constraint.first_allowed(_best(logprobs_V), tokens_left), True
+        return constraint.first_allowed(ranked, tokens_left), True
 
 
 def _best(logprobs_V: torch.Tensor) -> list[int]:
