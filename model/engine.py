@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import logging
 import queue
 import threading
 import time
@@ -63,6 +64,8 @@ from model.sequence import Completion, Sequence, StreamEvent
 from model.speculative import propose
 from model.transformer import Transformer
 from model.weights import WeightUpdate
+
+log = logging.getLogger(__name__)
 
 PREFILL_CHUNK = 512
 """Most prompt tokens per iteration while other sequences decode."""
@@ -404,6 +407,7 @@ class Engine:
                 with torch.inference_mode():
                     self._iteration()
             except Exception as err:  # a bug or out-of-memory: fail these requests, keep serving
+                log.exception("an engine step failed; its %d requests fail with it", len(self._active))
                 for pending in self._active:
                     pending.on_done(err)
                     self._free_rows.append(pending.seq.row)

@@ -215,3 +215,19 @@ def test_never_written_cache_memory_cannot_leak_into_batched_rows(model, specula
         assert out.token_ids == reference_greedy(model, prompt, 24)
         assert all(lp == lp for lp in out.logprobs)  # no NaN
     engine.close()
+
+
+def test_a_failing_step_fails_its_requests_logs_why_and_keeps_serving(engine, caplog, monkeypatch):
+    forward = engine.runner.forward
+
+    def failing_forward(*args, **kwargs):
+        raise MemoryError("no room for the activations")
+
+    monkeypatch.setattr(engine.runner, "forward", failing_forward)
+    with caplog.at_level("ERROR", logger="model.engine"), pytest.raises(MemoryError):
+        engine.generate(PROMPTS[:2], SamplingParams(max_tokens=4, ignore_eos=True))
+    assert "an engine step failed; its 2 requests fail with it" in caplog.text
+    assert "no room for the activations" in caplog.text  # the traceback, for whoever runs the server
+    monkeypatch.setattr(engine.runner, "forward", forward)
+    [out] = engine.generate([PROMPTS[2]], SamplingParams(max_tokens=4, ignore_eos=True))
+    assert len(out.token_ids) == 4  # the rows were given back

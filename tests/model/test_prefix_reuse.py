@@ -96,6 +96,7 @@ def serve_interleaved(engine: Engine, prompts: list[list[int]], victim: int, rng
     results: list = [None] * len(prompts)
     done = threading.Semaphore(0)
     cancels, cancelled_mid_prefill = [], []
+    victim_cancel_known = threading.Event()  # the engine may prefill the victim before submit returns
     forward = engine.runner.forward
 
     def cancelling_forward(ids_N, rows_N, pos_N, role, logits_at=None):
@@ -104,6 +105,7 @@ def serve_interleaved(engine: Engine, prompts: list[list[int]], victim: int, rng
             seq = pending.seq
             if role == PREFILL and seq.prompt_ids == prompts[victim] and 0 < seq.length < len(seq.prompt_ids):
                 cancelled_mid_prefill.append(seq.length)
+                victim_cancel_known.wait()
                 cancels[victim]()
         return out
 
@@ -113,6 +115,8 @@ def serve_interleaved(engine: Engine, prompts: list[list[int]], victim: int, rng
             results[i] = result
             done.release()
         cancels.append(engine.submit(prompt, PARAMS, on_done=on_done))
+        if i == victim:
+            victim_cancel_known.set()
         if rng.random() < 0.3:  # let the engine run: requests arrive mid-prefill and mid-decode
             done.acquire()
             done.release()
