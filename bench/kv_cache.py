@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench.agent_turn import STEPS, EngineBackend, Step, run_turn  # noqa: E402
 from bench.agent_workload import AgentWorkload  # noqa: E402
-from bench.machine import load_average, machine_line  # noqa: E402
+from bench.machine import load_average, machine_line, run_line  # noqa: E402
 from bench.report import publish  # noqa: E402
 from model.kernels import DECODE, PREFILL  # noqa: E402
 from model.sampling import SamplingParams  # noqa: E402
@@ -175,8 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="print only")
     args = ap.parse_args(argv)
     results = measure(AgentWorkload.build(), args.reps)
-    meta = (f"{results['machine']}; load average (1 min) {results['load_start']} -> {results['load_end']}; "
-            f"{time.strftime('%Y-%m-%d')}. composer-mini, int4 weights, the engine's defaults otherwise; "
+    meta = (f"{run_line(results)}. composer-mini, int4 weights, the engine's defaults otherwise; "
             f"speed: medians of {args.reps} turns a cache, interleaved.")
     publish("kv_cache", "KV cache precision", results, tables(results), meta, write=not args.no_write)
     return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import time
 from pathlib import Path
 
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
@@ -40,3 +41,11 @@ def machine_line() -> str:
     capability = torch.backends.cpu.get_cpu_capability()
     return (f"{model} ({' '.join(flags) or 'no AVX2'}; torch {torch.__version__} dispatches {capability}), "
             f"{os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads")
+
+
+def run_line(results: dict) -> str:
+    """The line "MACHINE; load average (1 min) START -> END; DATE" of a run whose results hold
+    machine_line() as "machine" and load_average() at its start and end as "load_start" and
+    "load_end"."""
+    return (f"{results['machine']}; load average (1 min) {results['load_start']} -> {results['load_end']}; "
+            f"{time.strftime('%Y-%m-%d')}")

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench.agent_turn import STEPS, EngineBackend  # noqa: E402
 from bench.agent_workload import AgentWorkload  # noqa: E402
-from bench.machine import load_average, machine_line  # noqa: E402
+from bench.machine import load_average, machine_line, run_line  # noqa: E402
 from bench.report import publish  # noqa: E402
 
 MODES = {"off": False, "on": None}
@@ -129,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="print only")
     args = ap.parse_args(argv)
     results = measure(AgentWorkload.build(), args.reps)
-    meta = (f"{results['machine']}; load average (1 min) {results['load_start']} -> {results['load_end']}; "
-            f"{time.strftime('%Y-%m-%d')}. composer-mini, int4 weights, int8 KV cache, the engine's defaults "
+    meta = (f"{run_line(results)}. composer-mini, int4 weights, int8 KV cache, the engine's defaults "
             f"otherwise; {args.reps} turns, each decoded with speculation off and on.")
     publish("speculation", "Prompt-lookup speculation on the agent turn", results, tables(results), meta,
             write=not args.no_write)
