@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.kernels import Int4RoleLinear, Kernels, RoleLinear
+from model.kernels import PREFILL, Int4RoleLinear, Kernels, RoleLinear
 from model.kv import KVCache
 from model.layers import apply_rotary
 from model.moe import route
@@ -138,14 +138,27 @@ class Runner:
         token_M = order_M // k
         counts = torch.bincount(flat_M, minlength=self.config.num_experts).tolist()
         x_MD = h_ND[token_M]
-        y_MD = torch.empty_like(x_MD)
-        start = 0
-        for e, count in enumerate(counts):
-            if count:
-                y_MD[start : start + count] = _expert(layer, e, x_MD[start : start + count], role)
-            start += count
+        packed = self._packed_experts(layer) if role == PREFILL else None
+        if packed is not None:
+            y_MD = self.kernels.ext.experts_vnni(x_MD, counts, *packed)
+        else:
+            y_MD = torch.empty_like(x_MD)
+            start = 0
+            for e, count in enumerate(counts):
+                if count:
+                    y_MD[start : start + count] = _expert(layer, e, x_MD[start : start + count], role)
+                start += count
         y_MD = y_MD * weights_Nk.flatten()[order_M].unsqueeze(-1)
         return torch.zeros_like(h_ND).index_add_(0, token_M, y_MD), experts_Nk
+
+    def _packed_experts(self, layer: _Layer) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
+        """The experts' dense prompt copies in pack_vnni's blocks (int4 weights on a CPU with a
+        bf16 matrix unit), for the one-call expert kernel; None where the layer has none."""
+        linears = [*layer.w13, *layer.w2]
+        if not self.kernels.bf16_matrix or not all(isinstance(w, Int4RoleLinear) and w.dense is not None
+                                                   for w in linears):
+            return None
+        return [w.dense for w in layer.w13], [w.dense for w in layer.w2]
 
 
 def _expert(layer: _Layer, e: int, x_MD: torch.Tensor, role: str) -> torch.Tensor:

@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 namespace composer {
@@ -215,15 +216,11 @@ at::Tensor pack_vnni(const at::Tensor& w_OI) {
   return out;
 }
 
-at::Tensor linear_vnni(const at::Tensor& x_NI, const at::Tensor& packed, int64_t O) {
-  TORCH_CHECK(x_NI.dim() == 2 && x_NI.scalar_type() == at::kFloat, "linear_vnni: (N, I) fp32 input expected");
-  const int64_t N = x_NI.size(0), I = x_NI.size(1), Ie = even(I);
-  TORCH_CHECK(packed.numel() == O * Ie && packed.scalar_type() == at::kBFloat16, "linear_vnni: packed weights do not match");
-  at::Tensor xb = (Ie == I ? x_NI : at::constant_pad_nd(x_NI, {0, 1})).to(at::kBFloat16).contiguous();
-  at::Tensor y = at::empty({N, O}, x_NI.options());
-  const at::BFloat16* a = xb.data_ptr<at::BFloat16>();
-  const at::BFloat16* w = packed.data_ptr<at::BFloat16>();
-  float* c = y.data_ptr<float>();
+namespace {
+
+// c (N, O) fp32 = a (N, Ie) bf16 @ pack_vnni's blocks (O outputs): brgemm tiles of kBlockM rows
+// by kBlockN outputs, each with the whole Ie loop, so a row's result does not depend on N.
+void vnni_gemm(const at::BFloat16* a, int64_t N, int64_t Ie, const at::BFloat16* w, int64_t O, float* c) {
   const int64_t oblocks = (O + kBlockN - 1) / kBlockN, mtiles = (N + kBlockM - 1) / kBlockM;
   at::parallel_for(0, oblocks * mtiles, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -233,6 +230,68 @@ at::Tensor linear_vnni(const at::Tensor& x_NI, const at::Tensor& packed, int64_t
     }
     cb::brgemm_release(true);
   });
+}
+
+// act (N, Fe) bf16 = silu(gate) * up of gu (N, 2F) fp32 = [gate | up]: F.silu's formula,
+// x / (1 + exp(-x)), in fp32, rounded to bf16 once (as linear_vnni rounds its input).
+void swiglu_to_bf16(const float* gu, int64_t N, int64_t F, at::BFloat16* act, int64_t Fe) {
+  at::parallel_for(0, N, 16, [&](int64_t r0, int64_t r1) {
+    const Vec one(1.0f);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* gate = gu + r * 2 * F;
+      const float* up = gate + F;
+      at::BFloat16* out = act + r * Fe;
+      int64_t j = 0;
+      for (; j + 2 * Vec::size() <= F; j += 2 * Vec::size()) {
+        const Vec g0 = Vec::loadu(gate + j), g1 = Vec::loadu(gate + j + Vec::size());
+        const Vec s0 = g0 / (one + g0.neg().exp()) * Vec::loadu(up + j);
+        const Vec s1 = g1 / (one + g1.neg().exp()) * Vec::loadu(up + j + Vec::size());
+        at::vec::convert_float_bfloat16(s0, s1).store(out + j);
+      }
+      for (; j < F; ++j) out[j] = at::BFloat16(gate[j] / (1.0f + std::exp(-gate[j])) * up[j]);
+      for (; j < Fe; ++j) out[j] = at::BFloat16(0.0f);
+    }
+  });
+}
+
+}  // namespace
+
+at::Tensor linear_vnni(const at::Tensor& x_NI, const at::Tensor& packed, int64_t O) {
+  TORCH_CHECK(x_NI.dim() == 2 && x_NI.scalar_type() == at::kFloat, "linear_vnni: (N, I) fp32 input expected");
+  const int64_t N = x_NI.size(0), I = x_NI.size(1), Ie = even(I);
+  TORCH_CHECK(packed.numel() == O * Ie && packed.scalar_type() == at::kBFloat16, "linear_vnni: packed weights do not match");
+  at::Tensor xb = (Ie == I ? x_NI : at::constant_pad_nd(x_NI, {0, 1})).to(at::kBFloat16).contiguous();
+  at::Tensor y = at::empty({N, O}, x_NI.options());
+  vnni_gemm(xb.data_ptr<at::BFloat16>(), N, Ie, packed.data_ptr<at::BFloat16>(), O, y.data_ptr<float>());
+  return y;
+}
+
+at::Tensor experts_vnni(const at::Tensor& x_MD, const std::vector<int64_t>& counts,
+                        const std::vector<at::Tensor>& w13, const std::vector<at::Tensor>& w2) {
+  TORCH_CHECK(x_MD.dim() == 2 && x_MD.scalar_type() == at::kFloat, "experts_vnni: (M, D) fp32 input expected");
+  TORCH_CHECK(counts.size() == w13.size() && counts.size() == w2.size(), "experts_vnni: one count and two matrices an expert");
+  const int64_t M = x_MD.size(0), D = x_MD.size(1), De = even(D);
+  TORCH_CHECK(std::accumulate(counts.begin(), counts.end(), int64_t{0}) == M, "experts_vnni: counts must sum to the rows");
+  const int64_t F2 = w13.empty() ? 0 : w13[0].numel() / De, F = F2 / 2, Fe = even(F);
+  for (size_t e = 0; e < w13.size(); ++e)
+    TORCH_CHECK(w13[e].scalar_type() == at::kBFloat16 && w2[e].scalar_type() == at::kBFloat16 &&
+                    w13[e].numel() == F2 * De && w2[e].numel() == D * Fe && F2 == 2 * F,
+                "experts_vnni: packed weights do not match");
+  at::Tensor xb = (De == D ? x_MD : at::constant_pad_nd(x_MD, {0, 1})).to(at::kBFloat16).contiguous();
+  at::Tensor y = at::empty({M, D}, x_MD.options());
+  const int64_t most = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+  at::Tensor gu = at::empty({most, F2}, x_MD.options());
+  at::Tensor act = at::empty({most, Fe}, x_MD.options().dtype(at::kBFloat16));
+  const at::BFloat16* a = xb.data_ptr<at::BFloat16>();
+  int64_t start = 0;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    const int64_t rows = counts[e];
+    if (rows == 0) continue;
+    vnni_gemm(a + start * De, rows, De, w13[e].data_ptr<at::BFloat16>(), F2, gu.data_ptr<float>());
+    swiglu_to_bf16(gu.data_ptr<float>(), rows, F, act.data_ptr<at::BFloat16>(), Fe);
+    vnni_gemm(act.data_ptr<at::BFloat16>(), rows, Fe, w2[e].data_ptr<at::BFloat16>(), D, y.data_ptr<float>() + start * D);
+    start += rows;
+  }
   return y;
 }
 

@@ -54,6 +54,38 @@ def test_linear_kernels_match_fp64_and_are_row_invariant(kernels, shape):
             assert torch.equal(fn(x[start : start + n].contiguous()), full[start : start + n]), (name, start, n)
 
 
+@pytest.mark.parametrize("width", [(48, 64), (33, 41)], ids=["even", "odd"])
+def test_experts_kernel_equals_the_expert_by_expert_path_and_is_row_invariant(kernels, width):
+    """experts_vnni (one call a MoE layer) gives the bits of linear_vnni, F.silu(gate) * up and
+    linear_vnni expert by expert, for any grouping of the rows, empty experts included."""
+    if not kernels.bf16_matrix:
+        pytest.skip("no bf16 matrix unit: prompts take the expert-by-expert fp32 path")
+    dim, hidden = width
+    gen = torch.Generator().manual_seed(1)
+    w13 = [torch.randn(2 * hidden, dim, generator=gen) * 0.2 for _ in range(4)]
+    w2 = [torch.randn(dim, hidden, generator=gen) * 0.2 for _ in range(4)]
+    ext = kernels.ext
+    p13, p2 = [ext.pack_vnni(w) for w in w13], [ext.pack_vnni(w) for w in w2]
+    x = torch.randn(70, dim, generator=gen)
+
+    def by_expert(x, counts):
+        out, start = [], 0
+        for e, count in enumerate(counts):
+            gate, up = ext.linear_vnni(x[start : start + count], p13[e], 2 * hidden).chunk(2, dim=-1)
+            out.append(ext.linear_vnni(torch.nn.functional.silu(gate) * up, p2[e], dim))
+            start += count
+        return torch.cat(out)
+
+    counts = [20, 0, 45, 5]
+    full = ext.experts_vnni(x, counts, p13, p2)
+    assert torch.equal(full, by_expert(x, counts))
+    assert torch.equal(ext.experts_vnni(x[20:65].contiguous(), [0, 0, 45, 0], p13, p2), full[20:65])
+    with pytest.raises(RuntimeError, match="counts must sum"):
+        ext.experts_vnni(x, [1, 2, 3, 4], p13, p2)
+    with pytest.raises(RuntimeError, match="packed weights do not match"):
+        ext.experts_vnni(x, counts, p2, p13)
+
+
 def test_role_linears_pick_the_kernel_per_role(kernels):
     layer = Int4Linear(torch.randn(64, 96) * 0.05)
     linear = kernels.linear(layer)
