@@ -111,19 +111,32 @@ class Runner:
         config, N = self.config, x_ND.shape[0]
         H, K, Dh = config.num_heads, config.num_kv_heads, config.head_dim
         h_ND = self.kernels.rms_norm(x_ND, layer.attn_norm, config.rms_norm_eps)
-        qk, v = layer.qkv(h_ND, role).split([(H + K) * Dh, K * Dh], dim=-1)
+        qkv = layer.qkv(h_ND, role)
+        cache_k, cache_v = self.cache.k[i], self.cache.v[i]
+        if self._rotary_in_cpp(layer, qkv):  # the same arithmetic in one call, parallel over tokens
+            rotary = self.model.rotary
+            q = self.kernels.ext.rotary_store(qkv.contiguous(), rotary.cos, rotary.sin, rows_N, pos_N, cache_k, cache_v, H)
+            out = self.kernels.attention(q, cache_k, cache_v, rows_N, pos_N, role, bf16=self.int4)
+            return layer.o_proj(out.view(N, H * Dh), role)
+        qk, v = qkv.split([(H + K) * Dh, K * Dh], dim=-1)
         qk = qk.view(1, N, H + K, Dh)
         if layer.qk_norm is not None:
             with torch.no_grad():
                 q, k = qk.split([H, K], dim=2)
                 qk = torch.cat([layer.qk_norm[0](q), layer.qk_norm[1](k)], dim=2)
         q, k = apply_rotary(qk, cos_NDh[None], sin_NDh[None])[0].split([H, K], dim=1)
-        cache_k, cache_v = self.cache.k[i], self.cache.v[i]
         # Advanced indices around a slice put N first: the value is (N, K, Dh).
         cache_k[rows_N, :, pos_N] = self.kernels.store_rows(k, cache_k.dtype)
         cache_v[rows_N, :, pos_N] = self.kernels.store_rows(v.view(N, K, Dh), cache_v.dtype)
         out = self.kernels.attention(q, cache_k, cache_v, rows_N, pos_N, role, bf16=self.int4)
         return layer.o_proj(out.view(N, H * Dh), role)
+
+    def _rotary_in_cpp(self, layer: _Layer, qkv: torch.Tensor) -> bool:
+        """Whether the extension's rotary_store can rotate these heads and store their keys and
+        values: fp32 activations, no per-head norms (Qwen3's go between the projection and the
+        rotary embedding)."""
+        return (self.kernels.ext is not None and layer.qk_norm is None and qkv.dtype == torch.float32
+                and self.model.rotary.cos.dtype == torch.float32)
 
     def _moe(self, layer: _Layer, h_ND: torch.Tensor, role: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Tokens grouped by expert (stable), one matmul per expert, each token's outputs summed

@@ -163,53 +163,14 @@ class FusedDecoder {
   }
 
   void attention(Layer& l, Tensor& x, const Tensor& rows, const Tensor& positions) {
-    const int64_t B = x.size(0), R = H_ + K_, half = Dh_ / 2, max_len = l.cache_k.size(2);
+    const int64_t B = x.size(0);
     auto t = clock();
     Tensor h = composer::rms_norm(x, l.attn_norm, eps_);  // (B, D)
     lap(kNorm, t);
     Tensor qkv = int4_mm(h, l.qkv);  // (B, (H + 2K) Dh)
     lap(kInt4, t);
-    // Rotary on the H + K query and key heads, as layers.apply_rotary: x * cos + rotate_half(x) * sin,
-    // each product rounded before the sum; keys and values into the cache at (row, position).
-    Tensor q = at::empty({B, H_, Dh_}, x.options());
-    const auto kv_type = l.cache_k.scalar_type();
-    const int64_t stored = kv_type == at::kChar ? Dh_ + composer::kInt8ScaleBytes : Dh_;  // a row's elements
-    std::vector<float> rotated(R * Dh_);
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t pos = positions.data_ptr<int64_t>()[b], row = rows.data_ptr<int64_t>()[b];
-      const float* src_row = qkv.data_ptr<float>() + b * (R + K_) * Dh_;
-      const float* c = cos_.data_ptr<float>() + pos * Dh_;
-      const float* s = sin_.data_ptr<float>() + pos * Dh_;
-      for (int64_t r = 0; r < R; ++r) {
-        const float* src = src_row + r * Dh_;
-        for (int64_t j = 0; j < Dh_; ++j) {
-          const float turned = j < half ? -src[j + half] : src[j - half];
-          const float a = src[j] * c[j];
-          const float bb = turned * s[j];
-          rotated[r * Dh_ + j] = a + bb;
-        }
-      }
-      std::copy(rotated.begin(), rotated.begin() + H_ * Dh_, q.data_ptr<float>() + b * H_ * Dh_);
-      for (int64_t kh = 0; kh < K_; ++kh) {
-        const int64_t at_ = ((row * K_ + kh) * max_len + pos) * stored;
-        const float* key = rotated.data() + (H_ + kh) * Dh_;
-        const float* value = src_row + (R + kh) * Dh_;
-        if (kv_type == at::kChar) {
-          composer::quantize_kv_row(key, Dh_, l.cache_k.data_ptr<int8_t>() + at_);
-          composer::quantize_kv_row(value, Dh_, l.cache_v.data_ptr<int8_t>() + at_);
-          continue;
-        }
-        for (int64_t j = 0; j < Dh_; ++j) {
-          if (kv_type == at::kBFloat16) {
-            l.cache_k.data_ptr<at::BFloat16>()[at_ + j] = at::BFloat16(key[j]);
-            l.cache_v.data_ptr<at::BFloat16>()[at_ + j] = at::BFloat16(value[j]);
-          } else {
-            l.cache_k.data_ptr<float>()[at_ + j] = key[j];
-            l.cache_v.data_ptr<float>()[at_ + j] = value[j];
-          }
-        }
-      }
-    }
+    // Rotary on the query and key heads; keys and values into the cache at (row, position).
+    Tensor q = composer::rotary_store(qkv, cos_, sin_, rows, positions, l.cache_k, l.cache_v, H_);
     lap(kRotary, t);
     Tensor out = at::empty_like(q);
     composer::attention(q, l.cache_k, l.cache_v, rows, positions, out, composer::kVector);

@@ -880,6 +880,64 @@ void quantize_kv_row(const float* x, int64_t Dh, int8_t* dst) {
   std::memcpy(dst + Dh, &scale, sizeof(scale));
 }
 
+at::Tensor rotary_store(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& rows_N,
+                        const at::Tensor& pos_N, const at::Tensor& cache_k, const at::Tensor& cache_v, int64_t H) {
+  TORCH_CHECK(qkv.dim() == 2 && qkv.scalar_type() == at::kFloat && qkv.is_contiguous(), "rotary_store: (N, (H + 2K) Dh) fp32 qkv");
+  TORCH_CHECK(cos.scalar_type() == at::kFloat && cos.is_contiguous() && sin.sizes() == cos.sizes() && sin.is_contiguous(),
+              "rotary_store: fp32 rotary tables (positions, Dh)");
+  TORCH_CHECK(cache_k.is_contiguous() && cache_v.is_contiguous() && cache_k.dim() == 4 &&
+                  cache_k.scalar_type() == cache_v.scalar_type(), "rotary_store: contiguous caches of one dtype");
+  const int64_t N = qkv.size(0), K = cache_k.size(1), Dh = cos.size(1), R = H + K, half = Dh / 2;
+  const int64_t max_len = cache_k.size(2);
+  const auto kv_type = cache_k.scalar_type();
+  const int64_t stored = kv_type == at::kChar ? Dh + kInt8ScaleBytes : Dh;  // a row's elements
+  TORCH_CHECK(qkv.size(1) == (R + K) * Dh && cache_k.size(3) == stored, "rotary_store: head shapes");
+  const at::Tensor rows = rows_N.to(at::kLong).contiguous(), pos = pos_N.to(at::kLong).contiguous();
+  const int64_t* rw = rows.data_ptr<int64_t>();
+  const int64_t* ps = pos.data_ptr<int64_t>();
+  for (int64_t n = 0; n < N; ++n)
+    TORCH_CHECK(rw[n] >= 0 && rw[n] < cache_k.size(0) && ps[n] >= 0 && ps[n] < std::min(max_len, cos.size(0)),
+                "rotary_store: row or position outside the cache");
+  at::Tensor q = at::empty({N, H, Dh}, qkv.options());
+  at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+    std::vector<float> rotated(R * Dh);
+    for (int64_t n = n0; n < n1; ++n) {
+      const int64_t position = ps[n], row = rw[n];
+      const float* src_row = qkv.data_ptr<float>() + n * (R + K) * Dh;
+      const float* c = cos.data_ptr<float>() + position * Dh;
+      const float* s = sin.data_ptr<float>() + position * Dh;
+      for (int64_t r = 0; r < R; ++r) {
+        const float* src = src_row + r * Dh;
+        for (int64_t j = 0; j < Dh; ++j) {
+          const float turned = j < half ? -src[j + half] : src[j - half];
+          const float a = src[j] * c[j];
+          const float b = turned * s[j];
+          rotated[r * Dh + j] = a + b;
+        }
+      }
+      std::copy(rotated.begin(), rotated.begin() + H * Dh, q.data_ptr<float>() + n * H * Dh);
+      for (int64_t kh = 0; kh < K; ++kh) {
+        const int64_t at = ((row * K + kh) * max_len + position) * stored;
+        const float* key = rotated.data() + (H + kh) * Dh;
+        const float* value = src_row + (R + kh) * Dh;
+        if (kv_type == at::kChar) {
+          quantize_kv_row(key, Dh, cache_k.data_ptr<int8_t>() + at);
+          quantize_kv_row(value, Dh, cache_v.data_ptr<int8_t>() + at);
+        } else if (kv_type == at::kBFloat16) {
+          for (int64_t j = 0; j < Dh; ++j) {
+            cache_k.data_ptr<at::BFloat16>()[at + j] = at::BFloat16(key[j]);
+            cache_v.data_ptr<at::BFloat16>()[at + j] = at::BFloat16(value[j]);
+          }
+        } else {
+          std::copy(key, key + Dh, cache_k.data_ptr<float>() + at);
+          std::copy(value, value + Dh, cache_v.data_ptr<float>() + at);
+        }
+      }
+    }
+  });
+  return q;
+}
+
 at::Tensor quantize_kv(const at::Tensor& x) {
   TORCH_CHECK(x.scalar_type() == at::kFloat && x.dim() >= 1, "quantize_kv: (..., Dh) fp32");
   const at::Tensor src = x.contiguous();

@@ -54,6 +54,14 @@ void quantize_kv_row(const float* x, int64_t Dh, int8_t* dst);
 // x (..., Dh) fp32 -> (..., Dh + kInt8ScaleBytes) int8, quantize_kv_row on each row.
 at::Tensor quantize_kv(const at::Tensor& x);
 
+// qkv (N, (H + 2K) Dh) fp32, each token's query, key and value heads: the rotary embedding on its
+// query and key heads, as layers.apply_rotary (x * cos + rotate_half(x) * sin, each product
+// rounded before the sum; cos and sin (positions, Dh) fp32 tables), the key and value stored at
+// (rows[n], pos[n]) of the caches (fp32, bf16 or int8 rows, as the caches hold them). Returns
+// the rotated queries (N, H, Dh) fp32.
+at::Tensor rotary_store(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& rows_N,
+                        const at::Tensor& pos_N, const at::Tensor& cache_k, const at::Tensor& cache_v, int64_t H);
+
 // out (N, H, Dh) fp32: token n's queries q (N, H, Dh) fp32 (rotated) over positions
 // [0, pos[n]] of row rows[n] of the cache (rows, K, max_len, Dh), fp32 or bf16, or (rows, K,
 // max_len, Dh + kInt8ScaleBytes) int8. Matrix modes take runs of tokens of one row at consecutive

@@ -86,6 +86,32 @@ def test_experts_kernel_equals_the_expert_by_expert_path_and_is_row_invariant(ke
         ext.experts_vnni(x, counts, p2, p13)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8], ids=["fp32", "bf16", "int8"])
+def test_rotary_store_equals_apply_rotary_and_store_rows(kernels, dtype):
+    """The runner's and the fused step's rotary embedding and cache write, in one call: the bits
+    of layers.apply_rotary and Kernels.store_rows at each token's (row, position), nothing else
+    written; positions outside the cache refused."""
+    from model.layers import Rotary, apply_rotary
+
+    gen = torch.Generator().manual_seed(2)
+    n, rows_total = 40, 3
+    rotary = Rotary(DH, MAX_LEN, 10000.0)
+    qkv = torch.randn(n, (H + 2 * K) * DH, generator=gen)
+    rows, pos = torch.randint(0, rows_total, (n,), generator=gen), torch.randperm(MAX_LEN, generator=gen)[:n]
+    width = DH + 4 if dtype == torch.int8 else DH
+    cache_k, cache_v = (torch.zeros(rows_total, K, MAX_LEN, width, dtype=dtype) for _ in range(2))
+    q = kernels.ext.rotary_store(qkv, rotary.cos, rotary.sin, rows, pos, cache_k, cache_v, H)
+
+    qk, v = qkv.split([(H + K) * DH, K * DH], dim=-1)
+    expected_q, k = apply_rotary(qk.view(1, n, H + K, DH), rotary.cos[pos][None], rotary.sin[pos][None])[0].split([H, K], dim=1)
+    want_k, want_v = torch.zeros_like(cache_k), torch.zeros_like(cache_v)
+    want_k[rows, :, pos] = kernels.store_rows(k, dtype)
+    want_v[rows, :, pos] = kernels.store_rows(v.view(n, K, DH), dtype)
+    assert torch.equal(q, expected_q) and torch.equal(cache_k, want_k) and torch.equal(cache_v, want_v)
+    with pytest.raises(RuntimeError, match="outside the cache"):
+        kernels.ext.rotary_store(qkv[:1], rotary.cos, rotary.sin, rows[:1], torch.tensor([MAX_LEN]), cache_k, cache_v, H)
+
+
 def test_role_linears_pick_the_kernel_per_role(kernels):
     layer = Int4Linear(torch.randn(64, 96) * 0.05)
     linear = kernels.linear(layer)
