@@ -146,27 +146,26 @@ class Runner:
             return _expert(layer, 0, h_ND, role), torch.zeros(N, 1, dtype=torch.long)
         k = self.config.top_k
         weights_Nk, experts_Nk = route(layer.router(h_ND, role), k, self.config.norm_topk_prob)
+        packed = self._packed_experts(layer) if role == PREFILL else None
+        if packed is not None:
+            return self.kernels.ext.moe_vnni(h_ND, experts_Nk, weights_Nk, *packed), experts_Nk
         flat_M = experts_Nk.flatten()
         order_M = flat_M.argsort(stable=True)
         token_M = order_M // k
         counts = torch.bincount(flat_M, minlength=self.config.num_experts).tolist()
         x_MD = h_ND[token_M]
-        packed = self._packed_experts(layer) if role == PREFILL else None
-        if packed is not None:
-            y_MD = self.kernels.ext.experts_vnni(x_MD, counts, *packed)
-        else:
-            y_MD = torch.empty_like(x_MD)
-            start = 0
-            for e, count in enumerate(counts):
-                if count:
-                    y_MD[start : start + count] = _expert(layer, e, x_MD[start : start + count], role)
-                start += count
+        y_MD = torch.empty_like(x_MD)
+        start = 0
+        for e, count in enumerate(counts):
+            if count:
+                y_MD[start : start + count] = _expert(layer, e, x_MD[start : start + count], role)
+            start += count
         y_MD = y_MD * weights_Nk.flatten()[order_M].unsqueeze(-1)
         return torch.zeros_like(h_ND).index_add_(0, token_M, y_MD), experts_Nk
 
     def _packed_experts(self, layer: _Layer) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
         """The experts' dense prompt copies in pack_vnni's blocks (int4 weights on a CPU with a
-        bf16 matrix unit), for the one-call expert kernel; None where the layer has none."""
+        bf16 matrix unit), for the one-call MoE kernel; None where the layer has none."""
         linears = [*layer.w13, *layer.w2]
         if not self.kernels.bf16_matrix or not all(isinstance(w, Int4RoleLinear) and w.dense is not None
                                                    for w in linears):

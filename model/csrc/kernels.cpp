@@ -266,33 +266,72 @@ at::Tensor linear_vnni(const at::Tensor& x_NI, const at::Tensor& packed, int64_t
   return y;
 }
 
-at::Tensor experts_vnni(const at::Tensor& x_MD, const std::vector<int64_t>& counts,
-                        const std::vector<at::Tensor>& w13, const std::vector<at::Tensor>& w2) {
-  TORCH_CHECK(x_MD.dim() == 2 && x_MD.scalar_type() == at::kFloat, "experts_vnni: (M, D) fp32 input expected");
-  TORCH_CHECK(counts.size() == w13.size() && counts.size() == w2.size(), "experts_vnni: one count and two matrices an expert");
-  const int64_t M = x_MD.size(0), D = x_MD.size(1), De = even(D);
-  TORCH_CHECK(std::accumulate(counts.begin(), counts.end(), int64_t{0}) == M, "experts_vnni: counts must sum to the rows");
-  const int64_t F2 = w13.empty() ? 0 : w13[0].numel() / De, F = F2 / 2, Fe = even(F);
-  for (size_t e = 0; e < w13.size(); ++e)
+at::Tensor moe_vnni(const at::Tensor& h_ND, const at::Tensor& experts_Nk, const at::Tensor& weights_Nk,
+                    const std::vector<at::Tensor>& w13, const std::vector<at::Tensor>& w2) {
+  TORCH_CHECK(h_ND.dim() == 2 && h_ND.scalar_type() == at::kFloat, "moe_vnni: (N, D) fp32 input expected");
+  TORCH_CHECK(experts_Nk.dim() == 2 && experts_Nk.size(0) == h_ND.size(0) && weights_Nk.sizes() == experts_Nk.sizes() &&
+                  weights_Nk.scalar_type() == at::kFloat, "moe_vnni: (N, k) experts and fp32 weights expected");
+  TORCH_CHECK(!w13.empty() && w13.size() == w2.size(), "moe_vnni: two matrices an expert");
+  const at::Tensor h = h_ND.contiguous(), chosen = experts_Nk.to(at::kLong).contiguous(), weight = weights_Nk.contiguous();
+  const int64_t N = h.size(0), D = h.size(1), De = even(D), k = chosen.size(1), M = N * k, E = w13.size();
+  const int64_t F2 = w13[0].numel() / De, F = F2 / 2, Fe = even(F);
+  for (int64_t e = 0; e < E; ++e)
     TORCH_CHECK(w13[e].scalar_type() == at::kBFloat16 && w2[e].scalar_type() == at::kBFloat16 &&
                     w13[e].numel() == F2 * De && w2[e].numel() == D * Fe && F2 == 2 * F,
-                "experts_vnni: packed weights do not match");
-  at::Tensor xb = (De == D ? x_MD : at::constant_pad_nd(x_MD, {0, 1})).to(at::kBFloat16).contiguous();
-  at::Tensor y = at::empty({M, D}, x_MD.options());
-  const int64_t most = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
-  at::Tensor gu = at::empty({most, F2}, x_MD.options());
-  at::Tensor act = at::empty({most, Fe}, x_MD.options().dtype(at::kBFloat16));
-  const at::BFloat16* a = xb.data_ptr<at::BFloat16>();
-  int64_t start = 0;
-  for (size_t e = 0; e < counts.size(); ++e) {
-    const int64_t rows = counts[e];
-    if (rows == 0) continue;
-    vnni_gemm(a + start * De, rows, De, w13[e].data_ptr<at::BFloat16>(), F2, gu.data_ptr<float>());
-    swiglu_to_bf16(gu.data_ptr<float>(), rows, F, act.data_ptr<at::BFloat16>(), Fe);
-    vnni_gemm(act.data_ptr<at::BFloat16>(), rows, Fe, w2[e].data_ptr<at::BFloat16>(), D, y.data_ptr<float>() + start * D);
-    start += rows;
+                "moe_vnni: packed weights do not match");
+  // Rows grouped by expert, stably: slot_of[i] is where routed row i (token i / k) goes.
+  const int64_t* ex = chosen.data_ptr<int64_t>();
+  std::vector<int64_t> counts(E, 0), slot_of(M);
+  for (int64_t i = 0; i < M; ++i) {
+    TORCH_CHECK(ex[i] >= 0 && ex[i] < E, "moe_vnni: an expert id outside [0, ", E, ")");
+    counts[ex[i]]++;
   }
-  return y;
+  std::vector<int64_t> next(E, 0);
+  for (int64_t e = 1; e < E; ++e) next[e] = next[e - 1] + counts[e - 1];
+  for (int64_t i = 0; i < M; ++i) slot_of[i] = next[ex[i]]++;
+  at::Tensor xb = at::zeros({M, De}, h.options().dtype(at::kBFloat16));
+  const float* hs = h.data_ptr<float>();
+  at::BFloat16* a = xb.data_ptr<at::BFloat16>();
+  at::parallel_for(0, M, 64, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* src = hs + (i / k) * D;
+      at::BFloat16* dst = a + slot_of[i] * De;
+      for (int64_t d = 0; d < D; ++d) dst[d] = at::BFloat16(src[d]);
+    }
+  });
+  at::Tensor y = at::empty({M, D}, h.options());
+  const int64_t most = *std::max_element(counts.begin(), counts.end());
+  at::Tensor gu = at::empty({most, F2}, h.options());
+  at::Tensor act = at::empty({most, Fe}, h.options().dtype(at::kBFloat16));
+  for (int64_t e = 0, start = 0; e < E; start += counts[e], ++e) {
+    if (counts[e] == 0) continue;
+    vnni_gemm(a + start * De, counts[e], De, w13[e].data_ptr<at::BFloat16>(), F2, gu.data_ptr<float>());
+    swiglu_to_bf16(gu.data_ptr<float>(), counts[e], F, act.data_ptr<at::BFloat16>(), Fe);
+    vnni_gemm(act.data_ptr<at::BFloat16>(), counts[e], Fe, w2[e].data_ptr<at::BFloat16>(), D, y.data_ptr<float>() + start * D);
+  }
+  // Each token's weighted rows summed into zeros in ascending expert order (its slots' order):
+  // the runner's `y * weight` then index_add_.
+  at::Tensor out = at::zeros({N, D}, h.options());
+  const float* ys = y.data_ptr<float>();
+  const float* ws = weight.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+    std::vector<int64_t> rows(k);
+    for (int64_t n = n0; n < n1; ++n) {
+      for (int64_t j = 0; j < k; ++j) rows[j] = n * k + j;
+      std::sort(rows.begin(), rows.end(), [&](int64_t x, int64_t z) { return slot_of[x] < slot_of[z]; });
+      float* acc = o + n * D;
+      for (const int64_t i : rows) {
+        const float* yr = ys + slot_of[i] * D;
+        const float wi = ws[i];
+        for (int64_t d = 0; d < D; ++d) {
+          const float product = yr[d] * wi;
+          acc[d] = acc[d] + product;
+        }
+      }
+    }
+  });
+  return out;
 }
 
 at::Tensor linear_rowdot(const at::Tensor& x_NI, const at::Tensor& w_OI) {

@@ -29,12 +29,14 @@ at::Tensor pack_vnni(const at::Tensor& w_OI);
 // y (N, O) fp32 = x (N, I) fp32 @ w.T with pack_vnni's blocks (bf16 inputs, fp32 accumulation).
 at::Tensor linear_vnni(const at::Tensor& x_NI, const at::Tensor& packed, int64_t out_features);
 
-// A MoE layer's experts on prompt rows: x (M, D) fp32, its rows grouped by expert (counts[e] rows
-// for expert e, in order); expert e's rows -> w2[e] @ (silu(gate) * up), [gate | up] = w13[e] @ x,
-// with pack_vnni's blocks (bf16 inputs, fp32 accumulation). y (M, D) fp32, unweighted. One call
-// instead of ~10 ATen ops an expert; the SwiGLU is rounded to bf16 once, as linear_vnni would.
-at::Tensor experts_vnni(const at::Tensor& x_MD, const std::vector<int64_t>& counts,
-                        const std::vector<at::Tensor>& w13, const std::vector<at::Tensor>& w2);
+// A MoE layer's experts on prompt rows, routed: h (N, D) fp32, experts and weights (N, k) (the
+// router's top k, fp32 weights). Each token's rows go to their experts, grouped stably by expert;
+// expert e computes w2[e] @ (silu(gate) * up), [gate | up] = w13[e] @ x, with pack_vnni's blocks
+// (bf16 inputs, fp32 accumulation, the SwiGLU rounded to bf16 once as linear_vnni would round
+// it); a token's weighted outputs are summed in ascending expert order. -> (N, D) fp32, the bits
+// of the runner's expert-by-expert path in one call instead of ~10 ATen ops an expert.
+at::Tensor moe_vnni(const at::Tensor& h_ND, const at::Tensor& experts_Nk, const at::Tensor& weights_Nk,
+                    const std::vector<at::Tensor>& w13, const std::vector<at::Tensor>& w2);
 
 // y (N, O) fp32 = x (N, I) fp32 @ w.T with plain (O, I) weights, fp32 or bf16, fp32 arithmetic.
 at::Tensor linear_rowdot(const at::Tensor& x_NI, const at::Tensor& w_OI);

@@ -10,7 +10,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("parallel_width", &composer::parallel_width);
   m.def("pack_vnni", &composer::pack_vnni);
   m.def("linear_vnni", &composer::linear_vnni, py::call_guard<py::gil_scoped_release>());
-  m.def("experts_vnni", &composer::experts_vnni, py::call_guard<py::gil_scoped_release>());
+  m.def("moe_vnni", &composer::moe_vnni, py::call_guard<py::gil_scoped_release>());
   m.def("linear_rowdot", &composer::linear_rowdot, py::call_guard<py::gil_scoped_release>());
   m.def("rotary_store", &composer::rotary_store, py::call_guard<py::gil_scoped_release>());
   m.def("quantize_kv", &composer::quantize_kv);

@@ -55,35 +55,42 @@ def test_linear_kernels_match_fp64_and_are_row_invariant(kernels, shape):
 
 
 @pytest.mark.parametrize("width", [(48, 64), (33, 41)], ids=["even", "odd"])
-def test_experts_kernel_equals_the_expert_by_expert_path_and_is_row_invariant(kernels, width):
-    """experts_vnni (one call a MoE layer) gives the bits of linear_vnni, F.silu(gate) * up and
-    linear_vnni expert by expert, for any grouping of the rows, empty experts included."""
+def test_moe_kernel_equals_the_expert_by_expert_path_and_is_row_invariant(kernels, width):
+    """moe_vnni (a MoE layer's routed experts in one call) gives the bits of the runner's path:
+    rows grouped stably by expert, linear_vnni, F.silu(gate) * up, linear_vnni, each output times
+    its weight and index_add_ into zeros; a token's bits do not depend on the other tokens."""
     if not kernels.bf16_matrix:
         pytest.skip("no bf16 matrix unit: prompts take the expert-by-expert fp32 path")
     dim, hidden = width
+    num_experts, top_k = 4, 2
     gen = torch.Generator().manual_seed(1)
-    w13 = [torch.randn(2 * hidden, dim, generator=gen) * 0.2 for _ in range(4)]
-    w2 = [torch.randn(dim, hidden, generator=gen) * 0.2 for _ in range(4)]
+    w13 = [torch.randn(2 * hidden, dim, generator=gen) * 0.2 for _ in range(num_experts)]
+    w2 = [torch.randn(dim, hidden, generator=gen) * 0.2 for _ in range(num_experts)]
     ext = kernels.ext
     p13, p2 = [ext.pack_vnni(w) for w in w13], [ext.pack_vnni(w) for w in w2]
-    x = torch.randn(70, dim, generator=gen)
+    h = torch.randn(70, dim, generator=gen)
+    scores = torch.randn(70, num_experts, generator=gen)
+    scores[:, 1] -= 100  # expert 1 gets no row
+    weights, experts = scores.softmax(-1).topk(top_k, dim=-1)
 
-    def by_expert(x, counts):
-        out, start = [], 0
-        for e, count in enumerate(counts):
-            gate, up = ext.linear_vnni(x[start : start + count], p13[e], 2 * hidden).chunk(2, dim=-1)
-            out.append(ext.linear_vnni(torch.nn.functional.silu(gate) * up, p2[e], dim))
-            start += count
-        return torch.cat(out)
+    flat = experts.flatten()
+    order = flat.argsort(stable=True)
+    token = order // top_k
+    y = torch.empty(len(flat), dim)
+    start = 0
+    for e, count in enumerate(torch.bincount(flat, minlength=num_experts).tolist()):
+        gate, up = ext.linear_vnni(h[token[start : start + count]], p13[e], 2 * hidden).chunk(2, dim=-1)
+        y[start : start + count] = ext.linear_vnni(torch.nn.functional.silu(gate) * up, p2[e], dim)
+        start += count
+    expected = torch.zeros_like(h).index_add_(0, token, y * weights.flatten()[order].unsqueeze(-1))
 
-    counts = [20, 0, 45, 5]
-    full = ext.experts_vnni(x, counts, p13, p2)
-    assert torch.equal(full, by_expert(x, counts))
-    assert torch.equal(ext.experts_vnni(x[20:65].contiguous(), [0, 0, 45, 0], p13, p2), full[20:65])
-    with pytest.raises(RuntimeError, match="counts must sum"):
-        ext.experts_vnni(x, [1, 2, 3, 4], p13, p2)
+    full = ext.moe_vnni(h, experts, weights, p13, p2)
+    assert torch.equal(full, expected)
+    assert torch.equal(ext.moe_vnni(h[20:65], experts[20:65], weights[20:65], p13, p2), full[20:65])
+    with pytest.raises(RuntimeError, match="outside"):
+        ext.moe_vnni(h, experts + 3, weights, p13, p2)
     with pytest.raises(RuntimeError, match="packed weights do not match"):
-        ext.experts_vnni(x, counts, p2, p13)
+        ext.moe_vnni(h, experts, weights, p2, p13)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8], ids=["fp32", "bf16", "int8"])
