@@ -20,6 +20,10 @@ kernels). The role decides the kernel; within a role nothing else does:
 | int8 head | torch's int8 kernel | the same |
 | fp32 (checkpoint weights) | fp32 row dots (kernels.cpp) | the same |
 | attention | one query at a time, fp32 | brgemm tiles: bf16 for int4 models on a bf16 unit, else fp32 |
+| a MoE layer's experts, int4 | per expert, as above | one call for the routed layer (`moe_vnni`) on a bf16 unit |
+
+The rotary embedding and the cache write of a call's keys and values are one C++ call too
+(`rotary_store`, fp32 models without per-head norms), shared with the fused decode step.
 
 Without the C++ extension (no compiler) the same calls fall back to torch ops (F.linear, SDPA),
 which work but are not row-invariant; the engine then runs without prefix reuse.
