@@ -61,7 +61,7 @@ from model.prefix_cache import DEFAULT_BLOCK, PrefixCache
 from model.runner import Runner
 from model.sampling import SamplingParams
 from model.sequence import Completion, Sequence, StreamEvent
-from model.speculative import propose
+from model.speculative import PromptLookup
 from model.transformer import Transformer
 from model.weights import WeightUpdate
 
@@ -569,7 +569,11 @@ class Engine:
             seq.draft_pause -= 1
             return []
         room = min(seq.draft_limit, seq.tokens_left - 1, self.max_seq_len - seq.length - 1)
-        return propose(np.asarray(seq.all_ids), room) if room > 0 else []
+        if room <= 0:
+            return []
+        if seq.lookup is None:
+            seq.lookup = PromptLookup(seq.all_ids)
+        return seq.lookup.propose(room)
 
     # ---- leaving --------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from model.sampling import Sampler, SamplingParams
+from model.speculative import PromptLookup
 
 
 @dataclass
@@ -95,6 +96,8 @@ class Sequence:
         self.draft_limit = params.num_speculative_tokens
         self.draft_pause = 0
         self._draft_backoff = 1
+        self.lookup: PromptLookup | None = None
+        """The engine's prompt-lookup drafter over `all_ids`, built at the first draft."""
         self._emitted_tokens = 0
         self._emitted_chars = 0
 
