@@ -61,7 +61,6 @@ from model.prefix_cache import DEFAULT_BLOCK, PrefixCache
 from model.runner import Runner
 from model.sampling import SamplingParams
 from model.sequence import Completion, Sequence, StreamEvent
-from model.speculative import PromptLookup
 from model.transformer import Transformer
 from model.weights import WeightUpdate
 
@@ -568,12 +567,7 @@ class Engine:
         if seq.draft_pause > 0:
             seq.draft_pause -= 1
             return []
-        room = min(seq.draft_limit, seq.tokens_left - 1, self.max_seq_len - seq.length - 1)
-        if room <= 0:
-            return []
-        if seq.lookup is None:
-            seq.lookup = PromptLookup(seq.all_ids)
-        return seq.lookup.propose(room)
+        return seq.lookup.propose(min(seq.draft_limit, seq.tokens_left - 1, self.max_seq_len - seq.length - 1))
 
     # ---- leaving --------------------------------------------------------------------------------
 

@@ -96,8 +96,8 @@ class Sequence:
         self.draft_limit = params.num_speculative_tokens
         self.draft_pause = 0
         self._draft_backoff = 1
-        self.lookup: PromptLookup | None = None
-        """The engine's prompt-lookup drafter over `all_ids`, built at the first draft."""
+        self.lookup = PromptLookup(self.all_ids)
+        """Prompt-lookup drafts over `all_ids` (it indexes nothing until the first is asked for)."""
         self._emitted_tokens = 0
         self._emitted_chars = 0
 
