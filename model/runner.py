@@ -95,10 +95,9 @@ class Runner:
             raise ValueError(f"position {int(pos_N.max())} exceeds the model's context of "
                              f"{config.max_position_embeddings} tokens")
         x_ND = self.model.embed.weight.detach()[ids_N]
-        cos_NDh, sin_NDh = self.model.rotary.cos[pos_N], self.model.rotary.sin[pos_N]
         experts = []
         for i, layer in enumerate(self.layers):
-            x_ND = x_ND + self._attention(i, layer, x_ND, rows_N, pos_N, cos_NDh, sin_NDh, role)
+            x_ND = x_ND + self._attention(i, layer, x_ND, rows_N, pos_N, role)
             y_ND, experts_Nk = self._moe(layer, self.kernels.rms_norm(x_ND, layer.ffn_norm, config.rms_norm_eps), role)
             x_ND = x_ND + y_ND
             experts.append(experts_Nk)
@@ -107,7 +106,7 @@ class Runner:
         h_ND = self.kernels.rms_norm(x_ND, self.model.norm.weight.detach(), config.rms_norm_eps)
         return RunnerOutput(self.head(h_ND, role), torch.stack(experts, dim=1))
 
-    def _attention(self, i, layer: _Layer, x_ND, rows_N, pos_N, cos_NDh, sin_NDh, role) -> torch.Tensor:
+    def _attention(self, i, layer: _Layer, x_ND, rows_N, pos_N, role) -> torch.Tensor:
         config, N = self.config, x_ND.shape[0]
         H, K, Dh = config.num_heads, config.num_kv_heads, config.head_dim
         h_ND = self.kernels.rms_norm(x_ND, layer.attn_norm, config.rms_norm_eps)
@@ -124,6 +123,7 @@ class Runner:
             with torch.no_grad():
                 q, k = qk.split([H, K], dim=2)
                 qk = torch.cat([layer.qk_norm[0](q), layer.qk_norm[1](k)], dim=2)
+        cos_NDh, sin_NDh = self.model.rotary.cos[pos_N], self.model.rotary.sin[pos_N]
         q, k = apply_rotary(qk, cos_NDh[None], sin_NDh[None])[0].split([H, K], dim=1)
         # Advanced indices around a slice put N first: the value is (N, K, Dh).
         cache_k[rows_N, :, pos_N] = self.kernels.store_rows(k, cache_k.dtype)
