@@ -26,7 +26,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <numeric>
 #include <vector>
 
 namespace composer {
@@ -289,7 +288,7 @@ at::Tensor moe_vnni(const at::Tensor& h_ND, const at::Tensor& experts_Nk, const 
   std::vector<int64_t> next(E, 0);
   for (int64_t e = 1; e < E; ++e) next[e] = next[e - 1] + counts[e - 1];
   for (int64_t i = 0; i < M; ++i) slot_of[i] = next[ex[i]]++;
-  at::Tensor xb = at::zeros({M, De}, h.options().dtype(at::kBFloat16));
+  at::Tensor xb = at::empty({M, De}, h.options().dtype(at::kBFloat16));
   const float* hs = h.data_ptr<float>();
   at::BFloat16* a = xb.data_ptr<at::BFloat16>();
   at::parallel_for(0, M, 64, [&](int64_t i0, int64_t i1) {
@@ -297,6 +296,7 @@ at::Tensor moe_vnni(const at::Tensor& h_ND, const at::Tensor& experts_Nk, const 
       const float* src = hs + (i / k) * D;
       at::BFloat16* dst = a + slot_of[i] * De;
       for (int64_t d = 0; d < D; ++d) dst[d] = at::BFloat16(src[d]);
+      if (De != D) dst[D] = at::BFloat16(0.0f);  // the VNNI pair's padding
     }
   });
   at::Tensor y = at::empty({M, D}, h.options());
@@ -938,13 +938,19 @@ at::Tensor rotary_store(const at::Tensor& qkv, const at::Tensor& cos, const at::
     TORCH_CHECK(rw[n] >= 0 && rw[n] < cache_k.size(0) && ps[n] >= 0 && ps[n] < std::min(max_len, cos.size(0)),
                 "rotary_store: row or position outside the cache");
   at::Tensor q = at::empty({N, H, Dh}, qkv.options());
+  const float* qkv_data = qkv.data_ptr<float>();
+  const float* cos_data = cos.data_ptr<float>();
+  const float* sin_data = sin.data_ptr<float>();
+  float* q_data = q.data_ptr<float>();
+  void* keys = cache_k.data_ptr();
+  void* values = cache_v.data_ptr();
   at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
     std::vector<float> rotated(R * Dh);
     for (int64_t n = n0; n < n1; ++n) {
       const int64_t position = ps[n], row = rw[n];
-      const float* src_row = qkv.data_ptr<float>() + n * (R + K) * Dh;
-      const float* c = cos.data_ptr<float>() + position * Dh;
-      const float* s = sin.data_ptr<float>() + position * Dh;
+      const float* src_row = qkv_data + n * (R + K) * Dh;
+      const float* c = cos_data + position * Dh;
+      const float* s = sin_data + position * Dh;
       for (int64_t r = 0; r < R; ++r) {
         const float* src = src_row + r * Dh;
         for (int64_t j = 0; j < Dh; ++j) {
@@ -954,22 +960,20 @@ at::Tensor rotary_store(const at::Tensor& qkv, const at::Tensor& cos, const at::
           rotated[r * Dh + j] = a + b;
         }
       }
-      std::copy(rotated.begin(), rotated.begin() + H * Dh, q.data_ptr<float>() + n * H * Dh);
+      std::copy(rotated.begin(), rotated.begin() + H * Dh, q_data + n * H * Dh);
       for (int64_t kh = 0; kh < K; ++kh) {
         const int64_t at = ((row * K + kh) * max_len + position) * stored;
         const float* key = rotated.data() + (H + kh) * Dh;
         const float* value = src_row + (R + kh) * Dh;
         if (kv_type == at::kChar) {
-          quantize_kv_row(key, Dh, cache_k.data_ptr<int8_t>() + at);
-          quantize_kv_row(value, Dh, cache_v.data_ptr<int8_t>() + at);
+          quantize_kv_row(key, Dh, static_cast<int8_t*>(keys) + at);
+          quantize_kv_row(value, Dh, static_cast<int8_t*>(values) + at);
         } else if (kv_type == at::kBFloat16) {
-          for (int64_t j = 0; j < Dh; ++j) {
-            cache_k.data_ptr<at::BFloat16>()[at + j] = at::BFloat16(key[j]);
-            cache_v.data_ptr<at::BFloat16>()[at + j] = at::BFloat16(value[j]);
-          }
+          std::transform(key, key + Dh, static_cast<at::BFloat16*>(keys) + at, [](float x) { return at::BFloat16(x); });
+          std::transform(value, value + Dh, static_cast<at::BFloat16*>(values) + at, [](float x) { return at::BFloat16(x); });
         } else {
-          std::copy(key, key + Dh, cache_k.data_ptr<float>() + at);
-          std::copy(value, value + Dh, cache_v.data_ptr<float>() + at);
+          std::copy(key, key + Dh, static_cast<float*>(keys) + at);
+          std::copy(value, value + Dh, static_cast<float*>(values) + at);
         }
       }
     }
