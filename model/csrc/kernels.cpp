@@ -32,6 +32,15 @@ namespace composer {
 namespace {
 
 using Vec = at::vec::Vectorized<float>;
+// Vec's register type, for arrays of accumulators: GCC keeps an array of Vec objects in memory
+// (every fused multiply-add a load and a store), an array of the raw vector type in registers.
+#if defined(CPU_CAPABILITY_AVX512)
+using Reg = __m512;
+#elif defined(CPU_CAPABILITY_AVX2)
+using Reg = __m256;
+#else
+using Reg = Vec;
+#endif
 namespace cb = at::native::cpublas;
 
 constexpr int64_t kBlockN = 64;   // outputs per packed weight block
@@ -98,14 +107,14 @@ float hsum(const Vec& v) {
 
 // out[i] = the lane sum of a[i], i < 4, by a fixed tree: the four reductions share their shuffles
 // (~13 instructions for four sums against ~9 for one hsum).
-void hsum4(const Vec* a, float* out) {
+void hsum4(const Vec& a0_, const Vec& a1_, const Vec& a2_, const Vec& a3_, float* out) {
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
 #if defined(CPU_CAPABILITY_AVX512)
   using R = __m512;
 #else
   using R = __m256;
 #endif
-  const R a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+  const R a0 = a0_, a1 = a1_, a2 = a2_, a3 = a3_;
   // Per 128-bit block: [x0 + x2, y0 + y2, x1 + x3, y1 + y3] of two inputs, then of all four.
   R p01, p23, q;
 #if defined(CPU_CAPABILITY_AVX512)
@@ -121,7 +130,8 @@ void hsum4(const Vec* a, float* out) {
 #endif
   _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
 #else
-  for (int i = 0; i < 4; ++i) out[i] = hsum(a[i]);
+  const Vec* a[4] = {&a0_, &a1_, &a2_, &a3_};
+  for (int i = 0; i < 4; ++i) out[i] = hsum(*a[i]);
 #endif
 }
 
@@ -428,12 +438,37 @@ float max_of(const float* x, int64_t n) {
 }
 
 // Decoding, scores of the G heads of one key/value head against keys [s0, s1), scaled, as
-// scores[h * n + j]. C > 0: Dh is C vectors, each key row is loaded once for all G heads and four
-// heads' dot products are reduced together (hsum4); C == 0: any Dh, dot() per head.
+// scores[h * n + j]. C > 0: Dh is C vectors; four key rows at a time are loaded once for all G
+// heads, and each head's four dot products reduced together (hsum4); the rows after the last four,
+// one at a time, four heads' dot products reduced together. C == 0: any Dh, dot() per head.
 template <typename KT, int C>
 void split_scores(const float* q, const KT* k, const Geometry& g, int64_t s0, int64_t n, float* scores) {
   constexpr int64_t W = Vec::size();
-  for (int64_t j = 0; j < n; ++j) {
+  int64_t j = 0;
+  if constexpr (C > 0) {
+    for (; j + 4 <= n; j += 4) {
+      Reg kv[4][C];
+      float factor[4];
+      for (int i = 0; i < 4; ++i) {
+        const KT* ki = k + (s0 + j + i) * g.row;
+        prefetch_ahead(ki, g.row);
+        factor[i] = key_factor(ki, g);
+        for (int c = 0; c < C; ++c) kv[i][c] = load(ki + c * W);
+      }
+      for (int64_t h = 0; h < g.G; ++h) {
+        const float* qh = q + h * g.Dh;
+        Vec acc[4] = {Vec(0.0f), Vec(0.0f), Vec(0.0f), Vec(0.0f)};
+        for (int c = 0; c < C; ++c) {
+          const Vec qc = Vec::loadu(qh + c * W);
+          for (int i = 0; i < 4; ++i) acc[i] = at::vec::fmadd(qc, Vec(kv[i][c]), acc[i]);
+        }
+        float sums[4];
+        hsum4(acc[0], acc[1], acc[2], acc[3], sums);
+        for (int i = 0; i < 4; ++i) scores[h * n + j + i] = sums[i] * factor[i];
+      }
+    }
+  }
+  for (; j < n; ++j) {
     const KT* kj = k + (s0 + j) * g.row;
     prefetch_ahead(kj, g.row);
     const float factor = key_factor(kj, g);
@@ -450,7 +485,7 @@ void split_scores(const float* q, const KT* k, const Geometry& g, int64_t s0, in
           for (int c = 0; c < C; ++c) acc[i] = at::vec::fmadd(Vec::loadu(qh + c * W), kv[c], acc[i]);
         }
         float sums[4];
-        hsum4(acc, sums);
+        hsum4(acc[0], acc[1], acc[2], acc[3], sums);
         for (int64_t i = 0; i < heads; ++i) scores[(h0 + i) * n + j] = sums[i] * factor;
       }
     }
@@ -464,21 +499,21 @@ template <typename KT, int C, int GH>
 void split_values(const float* p, const KT* v, int64_t Dh, int64_t row, int64_t s0, int64_t n, int64_t h0,
                   float* out, int64_t stride) {
   constexpr int64_t W = Vec::size();
-  Vec sum[GH][C];
+  Reg sum[GH][C];
   for (int h = 0; h < GH; ++h)
     for (int c = 0; c < C; ++c) sum[h][c] = Vec(0.0f);
   for (int64_t j = 0; j < n; ++j) {
     const KT* vj = v + (s0 + j) * row;
     prefetch_ahead(vj, row);
-    Vec vv[C];
+    Reg vv[C];
     for (int c = 0; c < C; ++c) vv[c] = load(vj + c * W);
     for (int h = 0; h < GH; ++h) {
       const Vec pj(value_weight(p[(h0 + h) * n + j], vj, Dh));
-      for (int c = 0; c < C; ++c) sum[h][c] = at::vec::fmadd(pj, vv[c], sum[h][c]);
+      for (int c = 0; c < C; ++c) sum[h][c] = at::vec::fmadd(pj, Vec(vv[c]), Vec(sum[h][c]));
     }
   }
   for (int h = 0; h < GH; ++h)
-    for (int c = 0; c < C; ++c) sum[h][c].store(out + (h0 + h) * stride + c * W);
+    for (int c = 0; c < C; ++c) Vec(sum[h][c]).store(out + (h0 + h) * stride + c * W);
 }
 
 // The same for any Dh, one head at a time, the sums in memory.
@@ -561,13 +596,26 @@ void attention_vector(const float* q, const KT* ck, const KT* cv, const int64_t*
   for (int64_t n = 0; n < N; ++n) max_splits = std::max(max_splits, pos[n] / kSplit + 1);
   std::vector<float> parts(N * K * max_splits * part_size);
   const auto split = decode_split_for<KT>(Dh);
-  at::parallel_for(0, N * K * max_splits, 1, [&](int64_t t0, int64_t t1) {
+  // A task is one split of one key/value head of one cache row, for every token on that row (a
+  // draft's tokens share their sequence's row): the first token reads the split's keys and values
+  // from memory, the others find them in cache. Each token's arithmetic is the same as alone.
+  std::vector<std::vector<int64_t>> by_row;
+  for (int64_t n = 0; n < N; ++n) {
+    auto same = std::find_if(by_row.begin(), by_row.end(), [&](const auto& ns) { return rows[ns[0]] == rows[n]; });
+    if (same == by_row.end()) by_row.push_back({n});
+    else same->push_back(n);
+  }
+  const int64_t R = static_cast<int64_t>(by_row.size());
+  at::parallel_for(0, R * K * max_splits, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t n = t / (K * max_splits), kh = (t / max_splits) % K, s = t % max_splits;
-      const int64_t s0 = s * kSplit, s1 = std::min(pos[n] + 1, s0 + kSplit);
-      if (s0 >= s1) continue;
-      const int64_t base = (rows[n] * K + kh) * g.max_len * g.row;
-      split(q + (n * g.H + kh * G) * Dh, ck + base, cv + base, g, s0, s1, parts.data() + t * part_size);
+      const int64_t kh = (t / max_splits) % K, s = t % max_splits, s0 = s * kSplit;
+      for (const int64_t n : by_row[t / (K * max_splits)]) {
+        const int64_t s1 = std::min(pos[n] + 1, s0 + kSplit);
+        if (s0 >= s1) continue;
+        const int64_t base = (rows[n] * K + kh) * g.max_len * g.row;
+        split(q + (n * g.H + kh * G) * Dh, ck + base, cv + base, g, s0, s1,
+              parts.data() + ((n * K + kh) * max_splits + s) * part_size);
+      }
     }
   });
   // Merge each head's splits in order: o = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.

@@ -183,6 +183,23 @@ def test_attention_matches_fp64_and_is_invariant_to_chunks_and_batches(kernels, 
     assert torch.equal(part, full[:80])
 
 
+@pytest.mark.parametrize("kv", [torch.float32, torch.bfloat16, torch.int8], ids=["kv-fp32", "kv-bf16", "kv-int8"])
+def test_decoding_several_tokens_of_one_row_equals_each_alone(kernels, kv):
+    """A draft's tokens share their sequence's cache row, and decoding reads each split of it once
+    for all of them: interleaved with another row, across a split's boundary (512 positions),
+    every token's output is the one it gets alone."""
+    gen = torch.Generator().manual_seed(4)
+    cache_k = kernels.store_rows(torch.randn(3, 2, 1100, 64, generator=gen), kv)
+    cache_v = kernels.store_rows(torch.randn(3, 2, 1100, 64, generator=gen), kv)
+    rows = [0, 0, 2, 0, 0, 2, 1, 0]
+    pos = [509, 510, 40, 511, 512, 41, 1030, 513]
+    q = torch.randn(len(rows), 6, 64, generator=gen)
+    together = run(kernels, q, cache_k, cache_v, rows, pos, VECTOR)
+    for n in range(len(rows)):
+        assert torch.equal(run(kernels, q[n:n + 1], cache_k, cache_v, rows[n:n + 1], pos[n:n + 1], VECTOR), together[n:n + 1]), n
+    assert (together.double() - reference_attention(q, cache_k, cache_v, rows, pos)).abs().max() < 1e-5
+
+
 def test_int8_rows_are_their_values_over_a_per_row_scale(kernels):
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(40, K, DH, generator=gen) * torch.logspace(-3, 3, 40).view(40, 1, 1)
