@@ -105,16 +105,16 @@ float hsum(const Vec& v) {
   return at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return a + b; }, v);
 }
 
-// out[i] = the lane sum of a[i], i < 4, by a fixed tree: the four reductions share their shuffles
-// (~13 instructions for four sums against ~9 for one hsum).
-void hsum4(const Vec& a0_, const Vec& a1_, const Vec& a2_, const Vec& a3_, float* out) {
+// out[i] = the lane sum of the i-th input, by a fixed tree, the same for each input: the four
+// reductions share their shuffles (~13 instructions for four sums against ~9 for one hsum).
+void hsum4(const Vec& in0, const Vec& in1, const Vec& in2, const Vec& in3, float* out) {
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
 #if defined(CPU_CAPABILITY_AVX512)
   using R = __m512;
 #else
   using R = __m256;
 #endif
-  const R a0 = a0_, a1 = a1_, a2 = a2_, a3 = a3_;
+  const R a0 = in0, a1 = in1, a2 = in2, a3 = in3;
   // Per 128-bit block: [x0 + x2, y0 + y2, x1 + x3, y1 + y3] of two inputs, then of all four.
   R p01, p23, q;
 #if defined(CPU_CAPABILITY_AVX512)
@@ -130,8 +130,8 @@ void hsum4(const Vec& a0_, const Vec& a1_, const Vec& a2_, const Vec& a3_, float
 #endif
   _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
 #else
-  const Vec* a[4] = {&a0_, &a1_, &a2_, &a3_};
-  for (int i = 0; i < 4; ++i) out[i] = hsum(*a[i]);
+  const Vec* in[4] = {&in0, &in1, &in2, &in3};
+  for (int i = 0; i < 4; ++i) out[i] = hsum(*in[i]);
 #endif
 }
 
