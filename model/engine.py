@@ -471,10 +471,12 @@ class Engine:
                 continue
             self._waiting.remove(pending)
             seq = pending.seq
-            seq.row = self._free_rows.pop()
             seq.admitted = time.perf_counter()
-            if self.prefix is not None:
+            if self.prefix is None:
+                seq.row = self._free_rows.pop()
+            else:  # the free row that holds the most of the prompt's cached blocks already
                 nodes = self.prefix.match(seq.prompt_ids, self._namespace())
+                seq.row = self._free_rows.pop(self.prefix.closest_row(nodes, self._free_rows))
                 seq.prompt_experts.append(self.prefix.load(nodes, self.cache, seq.row))
                 seq.length = seq.cached_tokens = len(nodes) * self.prefix.block
             self._active.append(pending)

@@ -57,6 +57,35 @@ def test_load_copies_keys_values_and_experts_into_another_row():
         assert float(t[0, 0, 8, 0]) == 1000 * i + 8  # the rest of row 0 untouched
 
 
+def test_a_row_that_holds_blocks_is_chosen_and_only_the_rest_is_copied(monkeypatch):
+    cache = cache_with(rows=3)
+    pool = PrefixCache(cache, capacity=64, block=BLOCK, top_k=2)
+    first = list(range(13))  # 3 blocks, computed in row 1
+    pool.store(first, 12, cache, 1, experts(12), "v0")
+    written = []
+    write_blocks = cache.write_blocks
+    monkeypatch.setattr(cache, "write_blocks", lambda row, start, blocks: (written.append((row, start, len(blocks[0]))),
+                                                                           write_blocks(row, start, blocks)))
+    nodes = pool.match([*first, 50, 51, 52, 53], "v0")  # the session's next step
+    assert pool.closest_row(nodes, [0, 1, 2]) == 1  # the row that holds them, not the last free one
+    pool.load(nodes, cache, 1)
+    assert written == [] and pool.report()["in_row_tokens"] == 12
+    # Row 0 takes a branch of the first block: it holds that block, then its own.
+    branch = [*first[:4], 90, 91, 92, 93, 94]
+    pool.load(pool.match(branch, "v0"), cache, 0)
+    assert written == [(0, 0, 1)]
+    pool.store(branch, 8, cache, 0, experts(8), "v0")
+    # Back to the first prompt in row 0: the shared first block stays, blocks 2 and 3 are copied.
+    pool.load(nodes, cache, 0)
+    assert written[-1] == (0, BLOCK, 2)
+    for t in cache.k + cache.v:
+        assert torch.equal(t[0, :, :12], t[1, :, :12])
+    pool.clear()  # new weights: a row holds nothing the pool can vouch for
+    pool.store(first, 12, cache, 1, experts(12), "v1")
+    pool.load(pool.match(first, "v1"), cache, 2)
+    assert pool.closest_row(pool.match(first, "v1"), [2, 0]) == 0  # row 2 holds them, though not the last
+
+
 def test_eviction_is_least_recent_first_and_leaf_first():
     cache = cache_with()
     pool = PrefixCache(cache, capacity=4 * BLOCK, block=BLOCK, top_k=2)  # room for 4 blocks

@@ -180,6 +180,7 @@ def test_interleaved_requests_with_prefix_reuse_equal_cache_less_ones(monkeypatc
         [again] = engine.generate([prompt], PARAMS)
         assert again.cached_tokens > 0 or len(prompt) <= engine.prefix.block
     assert check_against(expected, recorder.take()) == 6
+    assert engine.prefix_cache_report()["in_row_tokens"] > 0  # rows reused in place, not only copied into
     engine.close()
 
 
