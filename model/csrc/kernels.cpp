@@ -789,29 +789,27 @@ float softmax_row(const float* s, int64_t cols, float& m, float& l, CT* p) {
   const float alpha = m_new == m ? 1.0f : std::exp(m - m_new);  // exp(0) is exactly 1
   const Vec shift(m_new);
   Vec sum[2] = {Vec(0.0f), Vec(0.0f)};
-  if (cols == kTile) {  // the whole tile is at or before the row's position: no lane to mask
-    for (c = 0; c < kTile; c += 2 * W) {
-      const Vec e0 = Tiles<CT>::exp_shifted(Vec::loadu(s + c), shift);
-      const Vec e1 = Tiles<CT>::exp_shifted(Vec::loadu(s + c + W), shift);
-      sum[0] = sum[0] + e0;
-      sum[1] = sum[1] + e1;
-      Tiles<CT>::store2(e0, e1, p + c);
-    }
-  } else {
-    for (c = 0; c < kTile; c += 2 * W) {
-      Vec e[2];
-      for (int64_t i = 0; i < 2; ++i) {
-        const int64_t n = std::clamp<int64_t>(cols - c - i * W, 0, W);
-        if (n == 0) {
-          e[i] = Vec(0.0f);
-          continue;
-        }
-        e[i] = Tiles<CT>::exp_shifted(Vec::loadu(s + c + i * W), shift);
-        if (n < W) e[i] = Vec::set(Vec(0.0f), e[i], n);  // after the row's position: exactly 0
-        sum[i] = sum[i] + e[i];
+  // Whole vector pairs at or before the row's position need no mask; the rest are masked (or 0).
+  for (c = 0; c + 2 * W <= cols; c += 2 * W) {
+    const Vec e0 = Tiles<CT>::exp_shifted(Vec::loadu(s + c), shift);
+    const Vec e1 = Tiles<CT>::exp_shifted(Vec::loadu(s + c + W), shift);
+    sum[0] = sum[0] + e0;
+    sum[1] = sum[1] + e1;
+    Tiles<CT>::store2(e0, e1, p + c);
+  }
+  for (; c < kTile; c += 2 * W) {
+    Vec e[2];
+    for (int64_t i = 0; i < 2; ++i) {
+      const int64_t n = std::clamp<int64_t>(cols - c - i * W, 0, W);
+      if (n == 0) {
+        e[i] = Vec(0.0f);
+        continue;
       }
-      Tiles<CT>::store2(e[0], e[1], p + c);
+      e[i] = Tiles<CT>::exp_shifted(Vec::loadu(s + c + i * W), shift);
+      if (n < W) e[i] = Vec::set(Vec(0.0f), e[i], n);  // after the row's position: exactly 0
+      sum[i] = sum[i] + e[i];
     }
+    Tiles<CT>::store2(e[0], e[1], p + c);
   }
   l = l * alpha + hsum(sum[0] + sum[1]);
   m = m_new;
