@@ -234,7 +234,8 @@ def cpu() -> RLConfig:
         RLConfig(),
         model={"lora_rank": 16, "lora_alpha": 32.0, "gradient_checkpointing": True, "autocast_bf16": True},
         optim={"lr": 5e-5, "warmup_steps": 2},
-        rollout={"group_size": 4, "tasks_per_step": 4, "max_turns": 5, "max_tokens": 256,
+        # 8 model calls, the benchmark's budget: a demonstration that retries a wrong fix takes 7.
+        rollout={"group_size": 4, "tasks_per_step": 4, "max_turns": 8, "max_tokens": 256,
                  "engine_quantize": "int4", "workers": 2},
         buffer={"max_offpolicy_steps": 1},
         # The warm start measured on 2026-12-03 (with --model.no-context-gradient): 40 steps of 4

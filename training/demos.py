@@ -27,10 +27,16 @@ that reads a file the request does not name teaches the model to invent a path):
      copy a quoted line, but not which line to quote (docs/benchmarks.md, edit likelihood);
   3. one edit_file per hunk: its changed lines and as few context lines as make old_string
      unique in the file (`smallest_edits`), so the policy quotes one line where it can;
-  4. run the workspace's tests (one fixed command: the hidden tests are not in the workspace, so
-     this runs the visible ones, and the answer's "tests pass" is backed by the log);
+  4. run the request's failing check, then the workspace's tests (`check_command`: the hidden
+     tests are not in the workspace, so the visible suite alone would pass whatever the edit;
+     the check says whether the fix works, and the answer's "tests pass" is backed by the log);
   5. a final answer naming the function and file.
-Only resolved demonstrations are kept.
+One task in `RETRY_EVERY` gets a script that recovers from a wrong fix (`gold_script`): step 3
+first changes the broken line another way (one of its own mutations that leaves the check
+failing), the check fails, and the gold edit then quotes the line as the wrong fix left it. The
+wrong edit is acted out but not trained on; what trains is running the check after it and
+fixing the line on seeing it fail, so a policy whose first fix is wrong (most of the warm-started
+model's) tries again instead of answering. Only resolved demonstrations are kept.
 
 Demonstrations have no behaviour logprobs: they are off-policy samples, trained by the
 reward-filtered likelihood term (training/loss.py choice 7), never mixed into the policy ratio.
@@ -46,8 +52,12 @@ import json
 import math
 import os
 import re
+import subprocess
+import sys
 import tempfile
+import zlib
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +66,7 @@ from agent.session_log import read_session
 from agent.unidiff import FileDiff, parse_diff
 from model.toolcalls import ToolCall, render_tool_calls
 from training.buffer import Sample
+from training.mutations import find_mutations, parses
 from training.rewards import efficiency, score
 from training.run import RunConfig, TaskRun, run_tasks
 from training.tasks import Task, materialize
@@ -64,14 +75,40 @@ from training.trajectories import session_segments
 Turn = tuple[str, list[ToolCall]]
 TEST_COMMAND = "python -m pytest -q -p no:cacheprovider"
 """The demonstrations' test run: the whole visible suite, a command the policy can always write."""
+RETRY_EVERY = 2
+"""One task in this many (by a hash of its id) gets the retry script when its bug allows one."""
+WRONG_FIX_KINDS = ("operator_swap", "wrong_comparison", "off_by_one", "missing_negation", "swapped_args",
+                   "wrong_constant")
+"""Mutations a wrong fix may be: small changes that leave the line's other text in place (not
+`wrong_return` or `dropped_condition`, after which the gold line cannot be copied from the old)."""
+CHECK_TIMEOUT_S = 20.0
+"""A wrong fix whose check runs longer than this (a loop) is not used."""
 DEF = re.compile(r"\s*(?:async\s+)?def\s+(\w+)")
 READ_WINDOW = 30
 """Lines a script reads from the fixed function's `def` on: one fixed number, as the policy
 cannot know the function's length before it reads it."""
 
 
-def gold_turns(task: Task) -> list[Turn]:
-    """The script of `task`'s gold patch, every argument visible to the policy (module docstring)."""
+@dataclass(frozen=True)
+class Script:
+    """A task's turns, and the indices of those acted out but not trained on."""
+
+    turns: list[Turn]
+    untrained: frozenset[int] = frozenset()
+
+
+def gold_script(task: Task) -> Script:
+    """`task`'s demonstration: the retry script for one task in `RETRY_EVERY` whose bug has a
+    wrong fix to try first, else the straight one (module docstring)."""
+    retry = zlib.crc32(task.instance_id.encode()) % RETRY_EVERY == 0
+    turns = gold_turns(task, retry=retry)
+    edit_turns = [i for i, (_, calls) in enumerate(turns) if any(c.name == "edit_file" for c in calls)]
+    return Script(turns, frozenset(edit_turns[:1]) if len(edit_turns) > 1 else frozenset())
+
+
+def gold_turns(task: Task, *, retry: bool = False) -> list[Turn]:
+    """The script of `task`'s gold patch, every argument visible to the policy (module docstring);
+    with `retry`, a wrong fix of the broken line and its failing check first, when there is one."""
     files = [f for f in parse_diff(task.patch) if f.hunks and not f.created and not f.deleted]
     if not files:
         raise ValueError(f"{task.instance_id}: its gold patch changes no existing file")
@@ -87,12 +124,76 @@ def gold_turns(task: Task) -> list[Turn]:
     reads = ([ToolCall("read_file", {"path": files[0].path, "offset": start, "limit": READ_WINDOW})] if start
              else [ToolCall("read_file", {"path": f.path}) for f in files])
     turns.append(("", reads))
+    check = ("", [ToolCall("run_terminal", {"command": check_command(task)})])
+    wrong = wrong_fix(task, texts[files[0].path], edits[0]) if retry and len(edits) == 1 else None
+    if wrong is not None:
+        path, old, new = edits[0]
+        turns += [("", [ToolCall("edit_file", {"path": path, "old_string": old, "new_string": wrong})]), check]
+        edits = [(path, wrong, new)]
     turns.append(("", [ToolCall("edit_file", {"path": path, "old_string": old, "new_string": new})
                        for path, old, new in edits]))
-    turns.append(("", [ToolCall("run_terminal", {"command": TEST_COMMAND})]))
+    turns.append(check)
     what = f"`{function}` in `{files[0].path}`" if function else ", ".join(f"`{f.path}`" for f in files)
     turns.append((f"Fixed {what}. The tests pass.", []))
     return turns
+
+
+def check_source(task: Task) -> str:
+    """Python that runs the request's failing check (the task's `metadata.check.statement`) with
+    the names of its test module (the first FAIL_TO_PASS test's file); "" when the task has none."""
+    statement = (task.metadata.get("check") or {}).get("statement")
+    if not statement or not task.FAIL_TO_PASS:
+        return ""
+    module = task.FAIL_TO_PASS[0].split("::", 1)[0].removesuffix(".py").replace("/", ".")
+    return f"from {module} import *\n{statement}"
+
+
+def check_command(task: Task) -> str:
+    """The shell command a script runs after its edit: the request's check, then the visible tests
+    (`TEST_COMMAND` alone when the task has no check). It fails, printing the assertion's
+    traceback, until the check passes."""
+    source = check_source(task)
+    if not source:
+        return TEST_COMMAND
+    quoted = source.replace("'", "'\\''")
+    return f"python -c '{quoted}' && {TEST_COMMAND}"
+
+
+def wrong_fix(task: Task, text: str, edit: tuple[str, str, str]) -> str | None:
+    """Another change of the edit's broken line: the old_string with one small mutation
+    (`WRONG_FIX_KINDS`) of the task's mutated line that parses, is neither the broken nor the gold
+    text, and leaves the request's check failing in the task's workspace. Mutations of the bug's
+    own span come first (a wrong fix of the right spot, as `3` for a `2` that should be `1`), each
+    group in a seeded order; None when there is none (or the task names no check or mutated line)."""
+    path, old, new = edit
+    bug = task.metadata.get("mutation") or {}
+    line = bug.get("line")
+    source = check_source(task)
+    if not line or not source or text.count(old) != 1:
+        return None
+    data, quote = text.encode(), old.encode()
+    start = data.index(quote)
+    candidates: dict[str, bool] = {}  # variant -> whether it changes the bug's own text
+    for m in find_mutations(data, path):
+        if (m.kind not in WRONG_FIX_KINDS or m.line != line or not (start <= m.start and m.end <= start + len(quote))
+                or not parses(m, data)):
+            continue
+        variant = (quote[:m.start - start] + m.new.encode() + quote[m.end - start:]).decode()
+        if variant not in (old, new) and text.replace(old, variant).count(variant) == 1:
+            candidates[variant] = candidates.get(variant, False) or m.old == bug.get("new")
+    order = sorted(candidates, key=lambda v: (not candidates[v], zlib.crc32(f"{task.instance_id}:{v}".encode())))
+    with tempfile.TemporaryDirectory(prefix="composer-wrong-fix-") as scratch:
+        root = materialize(task, Path(scratch) / "workspace")
+        for variant in order:
+            (root / path).write_text(text.replace(old, variant), encoding="utf-8")
+            try:
+                ran = subprocess.run([sys.executable, "-c", source], cwd=root, capture_output=True,
+                                     timeout=CHECK_TIMEOUT_S, check=False)
+            except subprocess.TimeoutExpired:
+                continue
+            if ran.returncode != 0:
+                return variant
+    return None
 
 
 def window_start(text: str, function: str, quotes: list[str]) -> int:
@@ -182,20 +283,23 @@ class ScriptPolicy:
                      completion_tokens=len(ids), weight_version=-1, sampler={"temperature": 0.0, "top_p": 1.0, "seed": None})
 
 
-def demonstration_samples(run: TaskRun) -> list[Sample]:
-    """A resolved demonstration's Samples: every completion token of every call trains (the
-    likelihood term), prompts and tool outputs do not; [] when it did not resolve."""
+def demonstration_samples(run: TaskRun, untrained: frozenset[int] = frozenset()) -> list[Sample]:
+    """A resolved demonstration's Samples: every completion token of every model call trains (the
+    likelihood term) but the calls whose order in the session is in `untrained`; prompts and tool
+    outputs do not; [] when it did not resolve."""
     if not run.grade.resolved or run.log_path is None:
         return []
     records = read_session(run.log_path)
     reward = score(records, run.grade).reward
     eff = efficiency(records)
     segments, _ = session_segments(records)
-    out = []
+    out, order = [], 0
     for seg in segments:
         mask = [False] * len(seg.token_ids)
         for call in seg.calls:
-            mask[call["completion_start"]:call["end"]] = [True] * (call["end"] - call["completion_start"])
+            if order not in untrained:
+                mask[call["completion_start"]:call["end"]] = [True] * (call["end"] - call["completion_start"])
+            order += 1
         out.append(Sample(tokens=list(seg.token_ids), mask=mask, behaviour_logprobs=[math.nan] * len(mask),
                           reward=float(reward), weight_version=-1, off_policy=True,
                           stats={"turns": eff.turns, "tool_calls": eff.tool_calls,
@@ -210,18 +314,20 @@ def run_config_in(run_dir: Path) -> RunConfig:
 
 
 async def act_out(tasks: Sequence[Task], policy_for: Callable[[Task], Any], run_dir: Path, *, parallel: int = 2,
-                  what: str = "demonstration") -> list[Sample]:
+                  what: str = "demonstration",
+                  untrained: Callable[[Task], frozenset[int]] = lambda task: frozenset()) -> list[Sample]:
     """Runs `policy_for(task)` on every task in the harness (logs under `run_dir`/sessions) and
-    returns the resolved runs' Samples; ValueError when none resolved."""
+    returns the resolved runs' Samples, less each task's `untrained(task)` model calls; ValueError
+    when none resolved."""
     config = run_config_in(Path(run_dir))
     gate = asyncio.Semaphore(parallel)
 
-    async def one(task: Task) -> list[TaskRun]:
+    async def one(task: Task) -> list[Sample]:
         async with gate:
-            return await run_tasks([task], policy_for(task), config=config, parallel=1)
+            runs = await run_tasks([task], policy_for(task), config=config, parallel=1)
+        return [s for run in runs for s in demonstration_samples(run, untrained(task))]
 
-    runs = await asyncio.gather(*(one(t) for t in tasks))
-    samples = [s for batch in runs for run in batch for s in demonstration_samples(run)]
+    samples = [s for batch in await asyncio.gather(*(one(t) for t in tasks)) for s in batch]
     if not samples:
         raise ValueError(f"no {what} of {len(tasks)} tasks resolved; see the logs in {run_dir}/sessions")
     return samples
@@ -230,9 +336,10 @@ async def act_out(tasks: Sequence[Task], policy_for: Callable[[Task], Any], run_
 async def gold_demonstrations(tasks: Sequence[Task], tokenizer, run_dir: Path, *, parallel: int = 2,
                               context_window: int = 8192) -> list[Sample]:
     """Every task's gold patch acted out in the harness (`act_out`)."""
-    scripts = {t.instance_id: gold_turns(t) for t in tasks}
-    return await act_out(tasks, lambda t: ScriptPolicy(tokenizer, scripts[t.instance_id], context_window=context_window),
-                         run_dir, parallel=parallel, what="gold demonstration")
+    scripts = {t.instance_id: gold_script(t) for t in tasks}
+    return await act_out(tasks, lambda t: ScriptPolicy(tokenizer, scripts[t.instance_id].turns, context_window=context_window),
+                         run_dir, parallel=parallel, what="gold demonstration",
+                         untrained=lambda t: scripts[t.instance_id].untrained)
 
 
 def cached_demonstrations(directory: Path, build: Callable[[Path], Awaitable[list[Sample]]]) -> list[Sample]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 
 import pytest
 from add_task import add_task_line
@@ -15,7 +16,9 @@ from agent.session_log import read_session
 from agent.unidiff import parse_diff
 from training.demos import (
     READ_WINDOW,
+    RETRY_EVERY,
     gold_demonstrations,
+    gold_script,
     gold_turns,
     rendered_ids,
     smallest_edits,
@@ -73,6 +76,48 @@ def assert_every_argument_was_visible(records: list[dict]) -> None:
             shown = "\n".join(line.split("\t", 1)[-1] for line in seen.splitlines())
             assert args["old_string"] in shown
         seen += "\n" + record["result"]
+
+
+INC_BUG = ("diff --git a/pkg/__init__.py b/pkg/__init__.py\n--- a/pkg/__init__.py\n+++ b/pkg/__init__.py\n"
+           "@@ -1,2 +1,2 @@\n def inc(a):\n-    return a + 1\n+    return a + 2\n")
+
+
+def inc_task_line(root, instance_id: str) -> dict:
+    """A bug-fix family task (its metadata names the check and the mutated line): `inc` adds 2."""
+    (root / "src" / "pkg").mkdir(parents=True)
+    (root / "src" / "pkg" / "__init__.py").write_text("def inc(a):\n    return a + 1\n")
+    (root / "src" / "test_pkg.py").write_text("from pkg import inc\n\nONE = 1\n\ndef test_inc():\n"
+                                              "    assert inc(ONE) == 2\n\ndef test_zero():\n    assert inc(-1) == 0\n")
+    fix = INC_BUG.replace("-    return a + 1\n+    return a + 2", "-    return a + 2\n+    return a + 1")
+    return add_task_line(root, instance_id=instance_id, problem_statement="`inc(ONE)` returns 3, so `assert inc(ONE) == 2` fails.",
+                         source={"kind": "dir", "path": "src", "patch": INC_BUG}, patch=fix,
+                         FAIL_TO_PASS=["test_pkg.py::test_inc"], PASS_TO_PASS=["test_pkg.py::test_zero"],
+                         metadata={"mutation": {"kind": "off_by_one", "path": "pkg/__init__.py", "function": "inc",
+                                                "line": 2, "old": "1", "new": "2"},
+                                   "check": {"test": "test_inc", "statement": "assert inc(ONE) == 2", "actual": "returns 3"}})
+
+
+async def test_a_retry_demonstration_runs_the_check_after_a_wrong_fix_and_trains_only_the_recovery(real_tokenizer, tmp_path):
+    instance_id = next(f"retry-{i}" for i in range(64) if zlib.crc32(f"retry-{i}".encode()) % RETRY_EVERY == 0)
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(inc_task_line(tmp_path, instance_id)) + "\n")
+    [task] = load_tasks(tmp_path / "tasks.jsonl")
+    script = gold_script(task)
+    [sample] = await gold_demonstrations([task], real_tokenizer, tmp_path / "demos")
+    [log] = (tmp_path / "demos" / "sessions").rglob("*.jsonl")
+    records = read_session(log)
+    assert next(r for r in records if r["type"] == "outcome")["value"] in (1, 1.0, True)
+    calls = [r for r in records if r["type"] == "tool_call"]
+    assert [c["name"] for c in calls] == ["grep", "read_file", "edit_file", "run_terminal", "edit_file", "run_terminal"]
+    wrong, fix = (c["arguments"] for c in calls if c["name"] == "edit_file")
+    assert (wrong["old_string"], wrong["new_string"]) == ("    return a + 2", "    return a + 3")  # the bug's own spot first
+    assert (fix["old_string"], fix["new_string"]) == ("    return a + 3", "    return a + 1")
+    checks = [c for c in calls if c["name"] == "run_terminal"]
+    assert "from test_pkg import *" in checks[0]["arguments"]["command"]
+    assert [c["data"]["exit_code"] for c in checks] == [1, 0] and "AssertionError" in checks[0]["result"]
+    assert script.untrained == {2}
+    trained = [t for t, m in zip(sample.tokens, sample.mask, strict=True) if m]
+    assert trained == [i for n, (content, turn_calls) in enumerate(script.turns) if n not in script.untrained
+                       for i in rendered_ids(real_tokenizer, content, turn_calls)]
 
 
 def test_a_request_without_the_path_or_a_function_gets_a_clear_error(tmp_path):
