@@ -243,7 +243,9 @@ def cpu() -> RLConfig:
         # (one epoch: once); 60 steps of 4 of 240, each seen once, 16 of 16. With windowed reads
         # (training/demos.py; ~37 s a step in bf16 on AMX, 44 minutes in all) 9 of 16 held-out
         # edits apply and 1 fixes: the line is often found, the change to it is not
-        # (docs/benchmarks.md, the warm start on windowed scripts).
+        # (docs/benchmarks.md, the warm start on windowed scripts). Scripts that run the request's
+        # check and retry a wrong fix (~45 s a step): the same 6 of 120 held-out, with the check run
+        # in 115 attempts and 2 unsupported claims instead of 64 (docs/benchmarks.md, 2026-12-05).
         # A group's prompt is packed once, its samples behind it, in 12k-token micro-batches.
         train={"steps": 40, "warm_start": "gold", "warm_start_steps": 60, "warm_start_batch": 4,
                "warm_start_lr": 3e-4, "warm_start_tasks": 240, "micro_batch_tokens": 12288},
