@@ -7,7 +7,7 @@
 #   make test        setup, lint, size budget, the whole pytest suite
 #   make model       build composer-mini into ~/.cache/composer/models (COMPOSER_HOME overrides)
 #   make model-trained  train composer-mini in its harness (the cpu preset: its warm start, then
-#                    RL_STEPS RL updates; ~45 min plus ~9 min an update on a 2-vCPU Xeon with
+#                    RL_STEPS RL updates; ~55 min plus ~9 min an update on a 2-vCPU Xeon with
 #                    AMX) and install it as composer-mini-trained, which `make run` then serves
 #   make bench       the engine benchmark (bench/engine.py), writes docs/benchmarks.md rows
 #   make bench-server, bench-retrieval, bench-envs   the language server's, codebase search's and

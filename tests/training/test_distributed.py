@@ -44,8 +44,9 @@ def _groups(seed: int = 0) -> list[Group]:
 def _run(args: list[str], tmp_path: Path) -> dict:
     out = tmp_path / f"out-{len(args)}.pt"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    subprocess.run([*args, str(WORKER), str(tmp_path / "groups.pkl"), str(out)], cwd=ROOT, env=env,
-                   check=True, capture_output=True, timeout=600)
+    ran = subprocess.run([*args, str(WORKER), str(tmp_path / "groups.pkl"), str(out)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, f"{' '.join(args)} exited {ran.returncode}:\n{ran.stderr[-4000:]}"
     return torch.load(out, weights_only=False)
 
 
