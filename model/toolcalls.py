@@ -31,7 +31,10 @@ Rules (the same for both entry points: `parse_tool_calls` is the streaming parse
   JSON, trailing commas, junk after the object, raw newlines inside strings, `arguments` given as
   a string holding a JSON object, `parameters` as an alias, missing or null arguments (-> {}),
   an OpenAI-style `{"function": {...}}` wrapper, and an unclosed last block whose JSON is
-  complete. Anything else becomes a `ToolCallError` whose `message` tells the model what to fix
+  complete, and unescaped quotes inside a string value of the arguments object: such a quote
+  ends the string only before `,` or `}` (after spaces; a newline ends it too), else it is part
+  of the string, as model/constrained.py allows (`"old_string": "return f"{x}""` reads as
+  `return f"{x}"`). Anything else becomes a `ToolCallError` whose `message` tells the model what to fix
   and whose `raw` keeps the block's exact text, so nothing the model wrote is lost.
 * `content` is `normalize_content(segments)`: the text segments outside the blocks, each
   `str.strip()`-ed, the empty ones dropped, the rest joined by one newline ("A <tool_call>...
@@ -59,8 +62,9 @@ _DECODER = json.JSONDecoder(strict=False)  # strict=False: raw newlines inside s
 
 # Block scanner phases: before the object's "{", inside the object, after its closing "}".
 _PRE, _OBJECT, _AFTER = 0, 1, 2
-_STOPS = (re.compile(r"[{<]"), re.compile(r'["{}\[\]<]'), re.compile(r"<"))
+_STOPS = (re.compile(r"[{<]"), re.compile(r"[^ \t\n\r]"), re.compile(r"<"))
 _STRING_STOP = re.compile(r'["\\\n]')
+_AFTER_QUOTE = re.compile(r"[^ \t\r]")  # what decides a bare quote in a value string
 _ANOTHER_CALL = re.compile(r'\{\s*"(?:name|function)"\s*:')
 _STRING_OR_TRAILING_COMMA = re.compile(r'("(?:[^"\\]|\\.)*")|,(\s*[}\]])', re.DOTALL)
 
@@ -222,8 +226,13 @@ class StreamingToolCallParser:
         self._index = -1
         self._body: list[str] = []
         self._phase = _PRE
-        self._depth = 0
+        self._containers: list[str] = []  # the open "{" and "[" of the block's JSON
+        self._value_next = False  # the last character outside strings was a ':'
         self._in_string = False
+        self._value_string = False  # the string is an object's value: see `_scan_block`
+        self._quote_at: int | None = None  # the body offset of a bare quote not yet decided
+        self._literal_quotes: list[int] = []
+        self._body_len = 0
         self._escape = False
         self._segment_started = False
         self._emitted_text = False
@@ -283,6 +292,17 @@ class StreamingToolCallParser:
             if self._escape:
                 self._escape, i = False, i + 1
                 continue
+            if self._quote_at is not None:  # a bare quote in a value string: what follows decides
+                m = _AFTER_QUOTE.search(buf, i)
+                if m is None:
+                    break
+                i = m.start()
+                if buf[i] in ",}\n":
+                    self._in_string = False
+                else:
+                    self._literal_quotes.append(self._quote_at)
+                self._quote_at = None
+                continue
             if self._in_string:
                 m = _STRING_STOP.search(buf, i)
                 if m is None:
@@ -290,6 +310,8 @@ class StreamingToolCallParser:
                 i = m.end()
                 if m.group() == "\\":
                     self._escape = True
+                elif m.group() == '"' and self._value_string:
+                    self._quote_at = self._body_len + m.start() - self._pos
                 else:  # the closing quote, or a raw newline that no JSON string may hold
                     self._in_string = False
                 continue
@@ -302,19 +324,31 @@ class StreamingToolCallParser:
                 ended = self._at_tag(j, events, final)
                 if ended is not None:
                     return ended
-            elif c == '"':
-                self._in_string = True
-            elif c == "{" and self._phase == _PRE:
-                self._phase, self._depth = _OBJECT, 1
-            elif c in "{[":
-                self._depth += 1
             else:
-                self._depth -= 1
-                if self._depth <= 0:
-                    self._phase = _AFTER
+                self._structure(c)
         self._body_text(buf[self._pos :], events)
         self._pos = n
         return False
+
+    def _structure(self, c: str) -> None:
+        """Track the block's JSON outside strings: which strings are values of the arguments
+        object, where the object ends. In such a value a bare quote closes the string only when
+        `,` or `}` follows (after spaces; a newline also ends it); otherwise it is a literal
+        quote, escaped before the block is decoded. That is how model/constrained.py lets a
+        model copy code with quotes into an argument, and valid JSON reads the same either way."""
+        containers = self._containers
+        if c == '"':
+            self._in_string = True
+            self._value_string = self._value_next and containers == ["{", "{"]
+        elif c in "{[":
+            containers.append(c)
+            self._phase = _OBJECT
+        elif c in "}]":
+            if containers:
+                containers.pop()
+            if not containers:
+                self._phase = _AFTER
+        self._value_next = c == ":"
 
     def _at_tag(self, j: int, events: list[Event], final: bool) -> bool | None:
         """At a '<' outside strings: end the block, hold a partial tag, or None to go on."""
@@ -356,19 +390,26 @@ class StreamingToolCallParser:
         self._segment_started, self._pending_ws = False, ""
         self._index += 1
         self._body = []
-        self._phase, self._depth, self._in_string, self._escape = _PRE, 0, False, False
+        self._phase, self._containers, self._value_next = _PRE, [], False
+        self._in_string, self._value_string, self._escape = False, False, False
+        self._quote_at = None
+        self._literal_quotes, self._body_len = [], 0
         events.append(ToolCallStarted(self._index))
 
     def _body_text(self, text: str, events: list[Event]) -> None:
         if text:
             self._body.append(text)
+            self._body_len += len(text)
             events.append(ToolCallArgumentsDelta(self._index, text))
 
     def _end_block(self, events: list[Event], closed: bool) -> None:
         self._in_block = False
         body = "".join(self._body)
         raw = OPEN_TAG + body + (CLOSE_TAG if closed else "")
-        result = decode_block(body, self._index, closed=closed, specs=self._specs)
+        escaped = self._escape_literal_quotes(body)
+        result = decode_block(escaped, self._index, closed=closed, specs=self._specs)
+        if not isinstance(result, ToolCall) and self._literal_quotes:  # the error as written
+            result = decode_block(body, self._index, closed=closed, specs=self._specs)
         if isinstance(result, ToolCall):
             result.raw = raw
             events.append(ToolCallFinished(self._index, result))
@@ -377,6 +418,12 @@ class StreamingToolCallParser:
             if error.call is not None:
                 error.call.raw = raw
             events.append(ToolCallFailed(self._index, error))
+
+    def _escape_literal_quotes(self, body: str) -> str:
+        """`body` with the quotes `_structure` judged literal escaped."""
+        for at in reversed(self._literal_quotes):
+            body = body[:at] + "\\" + body[at:]
+        return body
 
 
 def decode_block(

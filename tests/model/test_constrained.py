@@ -139,6 +139,13 @@ def test_any_json_arguments_are_accepted(name, arguments, indent):
         ('<tool_call>{"name": "grep", "arguments": {"a": "\\', ["n", '"', "u", "/"], ["x", "'"]),
         ('<tool_call>{"name": "grep", "arguments": {"a": "\\u00', ["e", "F", "9"], ["g", '"']),
         ('<tool_call>{"name": "grep", "arguments": {"a": 0', [".", "e", "}", ","], ["1", "x"]),
+        ('<tool_call>{"name": "grep", "arguments": {"a": "x"', ["}", ",", " ", "\n", "y", "{", '"', "<"], []),
+        ('<tool_call>{"name": "grep", "arguments": {"a": "x" ', ["}", ",", "y", "(", " "], []),
+        ('<tool_call>{"name": "grep", "arguments": {"a": "x"\n', ["}", ",", " "], ["y", '"']),
+        ('<tool_call>{"name": "grep", "arguments": {"a": "x"y', ['"', "}"], ["\n"]),
+        ('<tool_call>{"name": "grep", "arguments": {"a": {"b": "x"', ["}", ","], ["y"]),
+        ('<tool_call>{"name": "grep", "arguments": {"a": ["x"', ["]", ","], ["y"]),
+        ('<tool_call>{"name": "grep", "arguments": {"a"', [":"], ["y"]),
         ('<tool_call>{"name": "grep", "arguments": {"a": -', ["1", "0"], ["}", "."]),
         ('<tool_call>{"name": "grep", "arguments": {"a": 1.', ["5"], ["}", "e"]),
         ('<tool_call>{"name": "grep", "arguments": {"a": 1e', ["+", "5"], ["}"]),
@@ -156,6 +163,22 @@ def test_grammar(prefix, good, bad):
         assert c.is_allowed(IDS[text]), (prefix, text)
     for text in bad:
         assert not c.is_allowed(IDS[text]), (prefix, text)
+
+
+def test_a_bare_quote_in_an_argument_value_is_literal_unless_the_value_ends_there():
+    """Code copied into an argument keeps its quotes unescaped: the quote waits for the next
+    character, and the parser reads the text the same way."""
+    c = make()
+    text = ('<tool_call>{"name": "grep", "arguments": {"a": "    return f"{v}" if "x" in d else ", '
+            '"b": "say "hi"" }}</tool_call>')
+    for ch in text:
+        c.advance(TABLE.char_ids[ch])
+    assert not c.in_call
+    assert [(call.name, call.arguments) for call in parse_tool_calls(text).tool_calls] == [("grep", {"a": '    return f"{v}" if "x" in d else ',
+                                                             "b": 'say "hi"'})]
+    pending = feed(make(), '<tool_call>{"name": "grep", "arguments": {"a": "x"  ')
+    assert pending.remaining_cost() == len("}}</tool_call>")
+    assert TABLE.strings[pending.fallback_token()] == "}"
 
 
 def test_free_text_and_tags_split_across_tokens():

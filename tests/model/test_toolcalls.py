@@ -158,7 +158,7 @@ def test_forgiving_where_unambiguous(body, expected):
     ("body", "fragment"),
     [
         (
-            '{"name": "grep", "arguments": {"pattern": "foo" "x": 1}}',
+            '{"name": "grep", "arguments": {"n": 1 "x": 2}}',
             "is not valid JSON: Expecting ',' delimiter at char",
         ),
         ('["grep", {"pattern": "x"}]', "must be one JSON object, not an array; put each call"),
@@ -236,6 +236,31 @@ def test_opening_tag_inside_a_block_starts_the_next_block():
         [],
         [(0, parse_tool_calls(same_line).errors[0].message, same_line)],
     )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ('{"old_string": "    return f"{x} {u}"", "new_string": "    if a == "b":"}',
+         {"old_string": '    return f"{x} {u}"', "new_string": '    if a == "b":'}),
+        ('{"q": "d["k"] + " ".join(w)" , "n": ["x"]}', {"q": 'd["k"] + " ".join(w)', "n": ["x"]}),
+        ('{"q": "a\\"b "c"}', {"q": 'a"b "c'}),
+        ('{"q": "say "</tool_call>" ok"}', {"q": 'say "</tool_call>" ok'}),
+        ('{"q": "x"\n}', {"q": "x"}),
+    ],
+)  # fmt: skip
+def test_bare_quotes_in_a_value_are_literal_unless_the_value_ends_there(arguments, expected):
+    """A model copying code into an argument leaves its quotes unescaped: a bare quote inside an
+    object's string value ends it only before `,` or `}` (model/constrained.py allows the same),
+    whole or streamed in any split, and the raw text is kept as written."""
+    body = '{"name": "edit_file", "arguments": ' + arguments + "}"
+    text = "ok " + block(body) + " done"
+    message = parse_tool_calls(text)
+    assert message.errors == [] and call_tuples(message) == [("edit_file", expected)]
+    assert message.tool_calls[0].raw == block(body) and message.content == "ok\ndone"
+    for cut in range(len(text)):
+        assert summary(collect(stream(text, [cut]))) == summary(message)
+    assert summary(collect(stream(text, list(range(len(text)))))) == summary(message)
 
 
 def test_tags_inside_json_strings_are_content():
