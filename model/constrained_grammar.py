@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from model.constrained_schema import ANY, CHAR_TYPE, NUMBER, TYPE_COST, TYPE_FIRST, ArgSchema
-from model.toolcalls import CLOSE_TAG, OPEN_TAG
+from model.toolcalls import CLOSE_TAG, OPEN_TAG, VALUE_CLOSERS
 
 State = tuple[int, int, Any]
 
@@ -37,7 +37,6 @@ _N_MINUS, _N_ZERO, _N_INT, _N_DOT, _N_FRAC, _N_E, _N_ESIGN, _N_EXP = range(8)
 _NUM_DONE = (False, True, True, False, True, False, False, True)  # may end here
 _ESCAPE_COST = (0, 1, 4, 3, 2, 1)
 _PENDING = 6
-_CLOSES_VALUE = frozenset(",}")
 _MIDDLE_COST = len(',"arguments":')
 _UNIT_COST = frozenset({_VALUE, _OBJ_FIRST, _OBJ_NEXT, _ARR_FIRST, _ARR_NEXT})
 
@@ -354,7 +353,7 @@ class Grammar:
             if spaces >= self.max_ws:
                 return None
             return (symbol, length, state + 2 + (ch != " " and not control), below_cost, below)
-        if ch in _CLOSES_VALUE:
+        if ch in VALUE_CLOSERS:
             closed: tuple | None = below
             for _ in range(spaces):
                 closed = self._step_call(closed, " ")

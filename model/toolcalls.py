@@ -64,6 +64,9 @@ _DECODER = json.JSONDecoder(strict=False)  # strict=False: raw newlines inside s
 _PRE, _OBJECT, _AFTER = 0, 1, 2
 _STOPS = (re.compile(r"[{<]"), re.compile(r"[^ \t\n\r]"), re.compile(r"<"))
 _STRING_STOP = re.compile(r'["\\\n]')
+VALUE_CLOSERS = ",}"
+"""After a bare quote in a string value of the arguments object (and optional whitespace), the
+characters that make it the string's end; before any other it is a literal quote."""
 _AFTER_QUOTE = re.compile(r"[^ \t\r]")  # what decides a bare quote in a value string
 _ANOTHER_CALL = re.compile(r'\{\s*"(?:name|function)"\s*:')
 _STRING_OR_TRAILING_COMMA = re.compile(r'("(?:[^"\\]|\\.)*")|,(\s*[}\]])', re.DOTALL)
@@ -297,7 +300,7 @@ class StreamingToolCallParser:
                 if m is None:
                     break
                 i = m.start()
-                if buf[i] in ",}\n":
+                if buf[i] in VALUE_CLOSERS or buf[i] == "\n":  # a raw newline ends any string
                     self._in_string = False
                 else:
                     self._literal_quotes.append(self._quote_at)
