@@ -31,7 +31,7 @@ import torch.distributed as dist
 from training.buffer import Group, StalenessBuffer
 from training.checkpoint import Checkpointer, export_model
 from training.config import PRESETS, RLConfig
-from training.distributed import broadcast_groups, init_from_env, shard_model
+from training.distributed import broadcast_groups, end_rank, init_from_env, shard_model
 from training.lora import save_adapter
 from training.memory import release_freed_memory
 from training.metrics import RunLog, plot_run
@@ -328,10 +328,11 @@ def parse_args(argv: list[str] | None = None) -> RLConfig:
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
     run = train(config)
-    if not run.leader:
-        return 0
-    print(json.dumps({"run": str(run.dir), "steps": run.trainer.step, "final": str(run.dir / "final"),
-                      "plot": str(run.dir / "plot.png")}))
+    if run.leader:
+        print(json.dumps({"run": str(run.dir), "steps": run.trainer.step, "final": str(run.dir / "final"),
+                          "plot": str(run.dir / "plot.png")}))
+    if run.group is not None:
+        end_rank(run.group)
     return 0
 
 

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from model.config import ModelConfig
 from model.transformer import Transformer
 from training.config import debug, replace_in
-from training.distributed import init_from_env, shard_model
+from training.distributed import end_rank, init_from_env, shard_model
 from training.trainer import Trainer
 
 
@@ -44,7 +44,7 @@ def main(groups_path: str, out: str) -> None:
     if group is None or torch.distributed.get_rank() == 0:
         torch.save(result, out)
     if group is not None:
-        torch.distributed.destroy_process_group()
+        end_rank(group)
 
 
 if __name__ == "__main__":
