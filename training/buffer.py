@@ -49,7 +49,8 @@ class Sample:
     behaviour_logprobs: list[float]
     """mu per token, aligned with tokens; NaN where the behaviour is unknown or mask is False."""
     reward: float
-    """NaN: masked (an infrastructure failure or a cut rollout), never scored as zero."""
+    """NaN: masked (an infrastructure failure: environment, the attempt's clock, grading), never
+    scored as zero."""
     weight_version: int = 0
     """The policy version that sampled it (-1: another model)."""
     off_policy: bool = False

@@ -90,7 +90,8 @@ class RolloutConfig:
     top_p: float = 1.0
     """Nucleus sampling of rollouts."""
     max_turns: int = 8
-    """Model calls per rollout before it is cut (a cut rollout is masked, not scored 0)."""
+    """Model calls per rollout. A rollout cut at this limit is graded as it stands (the hidden tests
+    run on its workspace); only an infrastructure failure is masked."""
     max_tokens: int = 384
     """Most tokens per model call."""
     attempt_timeout_s: float = 900.0
