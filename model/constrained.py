@@ -8,11 +8,13 @@ exactly `</tool_call>`; then free text again. `parse_tool_calls` (model/toolcall
 every such block back without an error.
 
 One leniency, for code copied into arguments: in a string value of the arguments object, a bare
-`"` closes the string only when `,` or `}` follows it (after optional whitespace); before any
-other character it is a literal quote. Small models copying `return f"{x}"` from a file into
-`old_string` leave its quotes unescaped; strict JSON forced the string shut at the first one
-(the warm-started composer-mini's edits of such lines all failed, docs/benchmarks.md). Valid
-JSON reads the same, and the parser reads the lenient text by the same rule. Use from a sampler:
+`"` where code could have a quote closes the string only when `,` or `}` follows it (after
+optional whitespace); before any other character it is a literal quote. Where code could have
+none (after `x)` with no code string open) it closes the string (model/code_quotes.py). Small
+models copying `return f"{x}"` from a file into `old_string` leave its quotes unescaped; strict
+JSON forced the string shut at the first one (the warm-started composer-mini's edits of such
+lines all failed, docs/benchmarks.md). Valid JSON reads the same, and the parser reads the
+lenient text by the same rule. Use from a sampler:
 
     table = TokenTable(tok.token_strings(), eos_token_ids=tok.stop_token_ids,
                        special_token_ids=tok.special_token_ids)      # once per vocabulary

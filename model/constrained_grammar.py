@@ -14,8 +14,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from model import code_quotes
 from model.constrained_schema import ANY, CHAR_TYPE, NUMBER, TYPE_COST, TYPE_FIRST, ArgSchema
-from model.toolcalls import CLOSE_TAG, OPEN_TAG, VALUE_CLOSERS
+from model.toolcalls import CLOSE_TAG, OPEN_TAG
 
 State = tuple[int, int, Any]
 
@@ -25,11 +26,12 @@ TEXT, START, CALL = 0, 1, 2  # outside calls / required mode before the first ca
 (_END, _WS, _LIT, _VALUE, _OBJ_OPEN, _OBJ_FIRST, _OBJ_NEXT, _ARR_FIRST, _ARR_NEXT) = range(9)
 (_STR, _ANY_NAME, _NAME, _NUM, _INUM) = range(9, 14)
 (_ARGS_OPEN, _ARGS_FIRST, _ARGS_NEXT, _KEY, _TVALUE) = range(14, 19)  # schema-aware arguments
-_VSTR = 19  # a string value of the arguments object: a bare quote inside it may be literal
+_VSTR = 19  # a string value of the arguments object: a bare quote in it may be literal
 # _WS: x = run length. _LIT: x = literal, y = offset. _VALUE/_OBJ_*/_ARR_*: x = depth.
 # _STR/_ANY_NAME: x = length, y = escape state (0 none, 1 after '\', 2..5 after '\u' + y-2 hex).
-# _VSTR: as _STR, or y = _PENDING + 2 * n + c: after a bare quote and n whitespace characters
-# (c = 1: one of them is not a space), undecided between closing and a literal quote.
+# _VSTR: x = (length, quote context of model/code_quotes.py); y = escape state as in _STR, or
+# _PENDING + 2 * n + c: after a bare quote and n whitespace characters (c = 1: one of them is
+# not a space), undecided between closing and a literal quote.
 # _NAME: x = prefix of a tool name (JSON-escaped). _NUM/_INUM (integer): x = state, y = length.
 # _ARGS_*: x = ArgSchema, y = mask of keys seen. _KEY: x = ArgSchema, y = (mask, key prefix).
 # _TVALUE: x = depth, y = mask of allowed types (model/constrained_schema.py).
@@ -290,7 +292,9 @@ class Grammar:
 
     def _start_value(self, depth: int, below: tuple, ch: str) -> tuple | None:
         if ch == '"':
-            return self.push(below, _VSTR if depth == 1 else _STR)
+            if depth == 1:
+                return self.push(below, _VSTR, (0, code_quotes.VALUE_START))
+            return self.push(below, _STR)
         if ch == "{" or ch == "[":
             if depth >= self.max_depth:
                 return None
@@ -339,21 +343,32 @@ class Grammar:
 
     def _step_value_string(self, stack: tuple, ch: str) -> tuple | None:
         """A string value of the arguments object (`_VSTR`). Models copying code into an
-        argument often leave its quotes unescaped, so a bare quote waits for what follows: only
-        `,` or `}` (after optional whitespace) close the string with it, as they would in valid
-        JSON; any other character makes it, and the whitespace after it, part of the string.
-        model/toolcalls.py reads such text back by the same rule."""
-        symbol, length, state, below_cost, below = stack
+        argument often leave its quotes unescaped, so a bare quote where code could have one
+        waits for what follows: only `,` or `}` (after optional whitespace) close the string
+        with it, as they would in valid JSON; any other character makes it, and the whitespace
+        after it, part of the string. Where code could have no quote, it closes the string.
+        model/code_quotes.py states the rule; model/toolcalls.py reads text back by it."""
+        symbol, (length, context), state, below_cost, below = stack
         if state < _PENDING:
             if ch == '"' and not state:
-                return (symbol, length, _PENDING, below_cost, below)
-            return self._step_string(stack, ch)
+                if not code_quotes.may_be_literal(context):
+                    return below
+                return (symbol, (length, context), _PENDING, below_cost, below)
+            after = self._step_string((symbol, length, state, below_cost, below), ch)
+            if after is None:
+                return None
+            if state == 1:
+                context = code_quotes.after_escape(context)
+            elif state or ch != "\\":  # a hex digit of `\uXXXX` or a plain character
+                context = code_quotes.after_text(context, ch)
+            return (symbol, (after[1], context), after[2], below_cost, below)
         spaces, control = divmod(state - _PENDING, 2)
         if ch in _JSON_WS:
             if spaces >= self.max_ws:
                 return None
-            return (symbol, length, state + 2 + (ch != " " and not control), below_cost, below)
-        if ch in VALUE_CLOSERS:
+            return (symbol, (length, context), state + 2 + (ch != " " and not control),
+                    below_cost, below)
+        if ch in code_quotes.VALUE_CLOSERS:
             closed: tuple | None = below
             for _ in range(spaces):
                 closed = self._step_call(closed, " ")
@@ -363,7 +378,8 @@ class Grammar:
         length += 1 + spaces
         if control or length > self.max_string:
             return None  # a literal tab or newline must be escaped in a JSON string
-        return self._step_value_string((symbol, length, 0, below_cost, below), ch)
+        context = code_quotes.after_literal_quote(context)
+        return self._step_value_string((symbol, (length, context), 0, below_cost, below), ch)
 
     def next_char(self, state: State) -> str | None:
         """The first character of the shortest way to close `state` (None: nothing to close)."""
@@ -404,10 +420,13 @@ class Grammar:
     def extend_plain(self, state: State, text: str) -> State | bool | None:
         """`state` after `text` free of quotes, backslashes and control characters when `state`
         is inside string content (O(1)); False when it is not (run the characters instead)."""
-        symbol, length, escape, below_cost, below = state[2]
+        symbol, x, escape, below_cost, below = state[2]
         if symbol not in (_STR, _VSTR) or escape:
             return False
-        length += len(text)
+        length = (x[0] if symbol == _VSTR else x) + len(text)
         if length > self.max_string:
             return None
+        if symbol == _VSTR:
+            x = (length, code_quotes.after_text(x[1], text))
+            return (CALL, 0, (symbol, x, 0, below_cost, below))
         return (CALL, 0, (symbol, length, 0, below_cost, below))

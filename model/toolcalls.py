@@ -31,10 +31,11 @@ Rules (the same for both entry points: `parse_tool_calls` is the streaming parse
   JSON, trailing commas, junk after the object, raw newlines inside strings, `arguments` given as
   a string holding a JSON object, `parameters` as an alias, missing or null arguments (-> {}),
   an OpenAI-style `{"function": {...}}` wrapper, and an unclosed last block whose JSON is
-  complete, and unescaped quotes inside a string value of the arguments object: such a quote
-  ends the string only before `,` or `}` (after spaces; a newline ends it too), else it is part
-  of the string, as model/constrained.py allows (`"old_string": "return f"{x}""` reads as
-  `return f"{x}"`). Anything else becomes a `ToolCallError` whose `message` tells the model what to fix
+  complete, and unescaped quotes inside a string value of the arguments object, read by the
+  rule of model/code_quotes.py that model/constrained.py enforces: such a quote ends the string
+  before `,` or `}` (after spaces; a newline ends it too), and is otherwise part of the string
+  where code could have a quote (`"old_string": "return f"{x}""` reads as `return f"{x}"`).
+  Anything else becomes a `ToolCallError` whose `message` tells the model what to fix
   and whose `raw` keeps the block's exact text, so nothing the model wrote is lost.
 * `content` is `normalize_content(segments)`: the text segments outside the blocks, each
   `str.strip()`-ed, the empty ones dropped, the rest joined by one newline ("A <tool_call>...
@@ -53,6 +54,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from model import code_quotes
+
 OPEN_TAG = "<tool_call>"
 CLOSE_TAG = "</tool_call>"
 FORMAT_HINT = 'Write {"name": "<tool>", "arguments": {...}} between <tool_call> and </tool_call>.'
@@ -64,9 +67,6 @@ _DECODER = json.JSONDecoder(strict=False)  # strict=False: raw newlines inside s
 _PRE, _OBJECT, _AFTER = 0, 1, 2
 _STOPS = (re.compile(r"[{<]"), re.compile(r"[^ \t\n\r]"), re.compile(r"<"))
 _STRING_STOP = re.compile(r'["\\\n]')
-VALUE_CLOSERS = ",}"
-"""After a bare quote in a string value of the arguments object (and optional whitespace), the
-characters that make it the string's end; before any other it is a literal quote."""
 _AFTER_QUOTE = re.compile(r"[^ \t\r]")  # what decides a bare quote in a value string
 _ANOTHER_CALL = re.compile(r'\{\s*"(?:name|function)"\s*:')
 _STRING_OR_TRAILING_COMMA = re.compile(r'("(?:[^"\\]|\\.)*")|,(\s*[}\]])', re.DOTALL)
@@ -234,6 +234,7 @@ class StreamingToolCallParser:
         self._in_string = False
         self._value_string = False  # the string is an object's value: see `_scan_block`
         self._quote_at: int | None = None  # the body offset of a bare quote not yet decided
+        self._quote_context = code_quotes.VALUE_START  # what a bare quote there may be
         self._literal_quotes: list[int] = []
         self._body_len = 0
         self._escape = False
@@ -294,26 +295,33 @@ class StreamingToolCallParser:
         while i < n:
             if self._escape:
                 self._escape, i = False, i + 1
+                self._quote_context = code_quotes.after_escape(self._quote_context)
                 continue
             if self._quote_at is not None:  # a bare quote in a value string: what follows decides
                 m = _AFTER_QUOTE.search(buf, i)
                 if m is None:
                     break
                 i = m.start()
-                if buf[i] in VALUE_CLOSERS or buf[i] == "\n":  # a raw newline ends any string
+                if buf[i] in code_quotes.VALUE_CLOSERS or buf[i] == "\n":  # or a raw newline
                     self._in_string = False
                 else:
                     self._literal_quotes.append(self._quote_at)
+                    self._quote_context = code_quotes.after_literal_quote(self._quote_context)
                 self._quote_at = None
                 continue
             if self._in_string:
                 m = _STRING_STOP.search(buf, i)
+                if self._value_string:
+                    end = n if m is None else m.start()
+                    tail = buf[max(i, end - 3) : end]  # all that decides (`after_text`)
+                    self._quote_context = code_quotes.after_text(self._quote_context, tail)
                 if m is None:
                     break
                 i = m.end()
                 if m.group() == "\\":
                     self._escape = True
-                elif m.group() == '"' and self._value_string:
+                elif (m.group() == '"' and self._value_string
+                      and code_quotes.may_be_literal(self._quote_context)):
                     self._quote_at = self._body_len + m.start() - self._pos
                 else:  # the closing quote, or a raw newline that no JSON string may hold
                     self._in_string = False
@@ -335,14 +343,14 @@ class StreamingToolCallParser:
 
     def _structure(self, c: str) -> None:
         """Track the block's JSON outside strings: which strings are values of the arguments
-        object, where the object ends. In such a value a bare quote closes the string only when
-        `,` or `}` follows (after spaces; a newline also ends it); otherwise it is a literal
-        quote, escaped before the block is decoded. That is how model/constrained.py lets a
-        model copy code with quotes into an argument, and valid JSON reads the same either way."""
+        object, where the object ends. In such a value a bare quote that model/code_quotes.py
+        reads as literal is escaped before the block is decoded. That is how model/constrained.py
+        lets a model copy code with quotes into an argument; valid JSON reads the same."""
         containers = self._containers
         if c == '"':
             self._in_string = True
             self._value_string = self._value_next and containers == ["{", "{"]
+            self._quote_context = code_quotes.VALUE_START
         elif c in "{[":
             containers.append(c)
             self._phase = _OBJECT

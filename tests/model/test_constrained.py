@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 
 import pytest
@@ -139,10 +140,13 @@ def test_any_json_arguments_are_accepted(name, arguments, indent):
         ('<tool_call>{"name": "grep", "arguments": {"a": "\\', ["n", '"', "u", "/"], ["x", "'"]),
         ('<tool_call>{"name": "grep", "arguments": {"a": "\\u00', ["e", "F", "9"], ["g", '"']),
         ('<tool_call>{"name": "grep", "arguments": {"a": 0', [".", "e", "}", ","], ["1", "x"]),
-        ('<tool_call>{"name": "grep", "arguments": {"a": "x"', ["}", ",", " ", "\n", "y", "{", '"', "<"], []),
-        ('<tool_call>{"name": "grep", "arguments": {"a": "x" ', ["}", ",", "y", "(", " "], []),
-        ('<tool_call>{"name": "grep", "arguments": {"a": "x"\n', ["}", ",", " "], ["y", '"']),
-        ('<tool_call>{"name": "grep", "arguments": {"a": "x"y', ['"', "}"], ["\n"]),
+        ('<tool_call>{"name": "grep", "arguments": {"a": "x = "', ["}", ",", " ", "\n", "y", "{", '"', "<"], []),
+        ('<tool_call>{"name": "grep", "arguments": {"a": "x = " ', ["}", ",", "y", "(", " "], []),
+        ('<tool_call>{"name": "grep", "arguments": {"a": "x = "\n', ["}", ",", " "], ["y", '"']),
+        ('<tool_call>{"name": "grep", "arguments": {"a": "x = "y', ['"', "}"], ["\n"]),
+        ('<tool_call>{"name": "grep", "arguments": {"a": "f(x)"', ["}", ",", " ", "\n"], ["y", "{", '"', "<", "&"]),
+        ('<tool_call>{"name": "grep", "arguments": {"a": "f("x")"', ["}", ",", " "], ["y", '"']),
+        ('<tool_call>{"name": "grep", "arguments": {"a": "f(x)" ', ["}", ",", " "], ["y", "&"]),
         ('<tool_call>{"name": "grep", "arguments": {"a": {"b": "x"', ["}", ","], ["y"]),
         ('<tool_call>{"name": "grep", "arguments": {"a": ["x"', ["]", ","], ["y"]),
         ('<tool_call>{"name": "grep", "arguments": {"a"', [":"], ["y"]),
@@ -179,6 +183,68 @@ def test_a_bare_quote_in_an_argument_value_is_literal_unless_the_value_ends_ther
     pending = feed(make(), '<tool_call>{"name": "grep", "arguments": {"a": "x"  ')
     assert pending.remaining_cost() == len("}}</tool_call>")
     assert TABLE.strings[pending.fallback_token()] == "}"
+
+
+identifiers = st.text("abfrxyz_0", min_size=1, max_size=4)
+string_literals = st.builds(
+    lambda prefix, opener, text: f'{opener}{prefix}"{text}"',
+    st.sampled_from(["", "f", "rb"]), st.sampled_from(["(", " ", "[", " = ", "{"]),
+    st.text("ab {}()=.:'-", max_size=6),
+)  # fmt: skip
+code_lines = st.lists(
+    identifiers | string_literals | st.sampled_from([" ", "(", ")", "[", "]", ".", " + ", ", "]),
+    max_size=8,
+).map("".join).filter(lambda code: not re.search(r'"\s*[,}]', code))
+
+
+@SETTINGS
+@given(code=code_lines)
+def test_code_copied_with_bare_quotes_reads_back_exactly(code):
+    """A line of code with unescaped string literals, copied into an argument, is accepted
+    character by character and read back as written (a quote before `,` or `}` would end the
+    value: excluded here)."""
+    text = f'<tool_call>{{"name": "grep", "arguments": {{"a": "{code}", "b": "{code}"}}}}</tool_call>'
+    assert accepts(text), code
+    assert call_arguments(text) == {"a": code, "b": code}
+    for cut in range(0, len(text), 7):  # streamed in pieces, the quotes are read the same
+        parser = StreamingToolCallParser()
+        events = parser.feed(text[:cut]) + parser.feed(text[cut:]) + parser.finish()
+        assert [e.call.arguments for e in events if isinstance(e, ToolCallFinished)] == [
+            {"a": code, "b": code}
+        ]
+
+
+@SETTINGS
+@given(code=code_lines, tail=st.text("ab&|=(", min_size=1, max_size=4))
+def test_a_stray_quote_after_copied_code_closes_the_value(code, tail):
+    """Where code could have no quote (after `)`, a word or `.`, no code string open), a bare
+    quote closes the value: the model cannot run on past a copied line into a longer string."""
+    prefix = f'<tool_call>{{"name": "grep", "arguments": {{"a": "{code} x)"'
+    assert accepts(prefix)
+    assert not feed(make(), prefix).is_allowed(IDS[tail[0]])
+    assert not accepts(prefix + " " + tail)
+    assert accepts(prefix + " }}</tool_call>")
+    assert call_arguments(prefix + "}}</tool_call>") == {"a": code + " x)"}
+
+
+def test_a_quote_in_an_open_code_string_and_after_escapes_may_be_literal():
+    for value, expected in [
+        ('f("x) y" z)', 'f("x) y" z)'),  # a quote closing a code string is literal
+        ('f(\\"hi\\")"x', None),  # escaped quotes leave no code string open: `)"` closes
+        ('a\\n"b" c', 'a\n"b" c'),  # after an escape, as at a line's start
+    ]:
+        text = f'<tool_call>{{"name": "grep", "arguments": {{"a": "{value}"}}}}</tool_call>'
+        if expected is None:
+            assert not accepts(text)
+            continue
+        assert accepts(text), value
+        assert call_arguments(text) == {"a": expected}
+
+
+def call_arguments(text: str) -> dict:
+    message = parse_tool_calls(text)
+    assert message.errors == [], message.errors
+    return message.tool_calls[0].arguments
 
 
 def test_free_text_and_tags_split_across_tokens():
