@@ -29,7 +29,6 @@ _OPENS = 2  # after a character a code string may open after (and at a value's s
 _PREFIX = 4  # after one string-prefix letter that follows an opening character
 _PREFIX2 = 6  # after two such letters (`rb"`, `fr"`)
 VALUE_START = _OPENS
-AFTER_ESCAPE = _OPENS  # the category after an escape sequence such as `\n` or `\"`
 
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 _STRING_PREFIX = frozenset("bBfFrRuU")
@@ -55,8 +54,9 @@ def after_literal_quote(context: int) -> int:
 
 
 def after_escape(context: int) -> int:
-    """The context after an escape sequence's second character (`\\n`, `\\"`, `\\u`)."""
-    return AFTER_ESCAPE | (context & 1)
+    """The context after an escape sequence's second character (`\\n`, `\\"`, `\\u`): a quote
+    may open a string there, as at a line's start."""
+    return _OPENS | (context & 1)
 
 
 def may_be_literal(context: int) -> bool:
