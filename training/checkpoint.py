@@ -13,6 +13,8 @@ fine-tuning, or the LoRA adapter (`adapter/`, training/lora.py) for LoRA runs (t
 named in the run's config; `export_model` writes the merged model at the end), plus
 `trainer.pt` (optimizer, step, RNG states, and the caller's `extra`: the buffer's version and
 consumed jobs). Older complete checkpoints beyond `keep` are removed after a new one lands.
+A run with a KL reference keeps it once, beside them (`reference.safetensors`: the trainer's
+`reference_tensors`), never pruned, so a resumed run compares with the same policy.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from model.hf import hf_state_dict, load_hf_state_dict, load_state_dict, save_ch
 from training.lora import ADAPTER_FILE, lora_modules, save_adapter
 
 LATEST = "latest"
+REFERENCE = "reference.safetensors"
 
 
 def full_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -120,6 +123,30 @@ class Checkpointer:
         """Both, for one process."""
         self.load_weights(path, trainer.model)
         return self.load_state(path, trainer)
+
+    def save_reference(self, trainer) -> None:
+        """The trainer's KL reference, written atomically (every rank calls it: FSDP gathers)."""
+        from safetensors.torch import save_file
+
+        tensors = trainer.reference_tensors()
+        if not self.is_writer:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / (REFERENCE + ".tmp")
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp))
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, self.directory / REFERENCE)
+
+    def load_reference(self, trainer) -> bool:
+        """The saved KL reference into the trainer; False when the run has none yet."""
+        from safetensors.torch import load_file
+
+        path = self.directory / REFERENCE
+        if not path.is_file():
+            return False
+        trainer.load_reference(load_file(path))
+        return True
 
     def _prune(self, newest: Path) -> None:
         done = sorted(p for p in self.directory.glob("step_*") if p.is_dir() and not p.name.endswith(".tmp"))

@@ -70,7 +70,7 @@ class LossConfig:
     tis_cap: float = 2.0
     """Truncated importance sampling: w = min(pi_old / mu, tis_cap) (choice 4)."""
     kl_coef: float = 0.0
-    """Weight of the k3 KL to the reference (choice 6); 0 turns the reference off."""
+    """Weight of the k3 KL to the reference, the policy RL starts from (choice 6); 0 turns it off."""
     sft_coef: float = 1.0
     """Weight of the reward-filtered likelihood term for off-policy samples (choice 7)."""
     sft_min_reward: float = 1.0

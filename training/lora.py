@@ -6,7 +6,8 @@ W + (alpha / r) * B @ A).
     add_lora(model, rank=16, alpha=32.0, targets=("qkv", "o_proj", "w13_EFD", "w2_EDF"))
     trainable = [p for p in model.parameters() if p.requires_grad]        # the A and B factors
     save_adapter(model, "run/adapter"); load_adapter(base_model, "run/adapter")
-    with adapters_disabled(model): ...                                     # the base model (KL reference)
+    reference = clone_factors(model)                                      # the policy now, as factors
+    with adapters_replaced(model, reference): ...                          # that policy again (KL reference)
 
 A 2-D weight (O, I) gets A (r, I) and B (O, r); a stacked expert weight (E, O, I) gets one pair
 per expert, A (E, r, I) and B (E, O, r). B starts at zero, so a fresh adapter is the base model
@@ -40,16 +41,15 @@ class LoRADelta(nn.Module):
         super().__init__()
         *lead, out_features, in_features = shape
         self.scale = alpha / rank
-        self.enabled = True
+        self.replacement: tuple[torch.Tensor, torch.Tensor] | None = None  # (A, B) used instead of the factors
         self.lora_A = nn.Parameter(torch.empty(*lead, rank, in_features, dtype=dtype, device=device))
         self.lora_B = nn.Parameter(torch.zeros(*lead, out_features, rank, dtype=dtype, device=device))
         bound = 1.0 / math.sqrt(in_features)  # kaiming_uniform(a=sqrt(5)) on (r, in), as PEFT
         nn.init.uniform_(self.lora_A, -bound, bound)
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
-        if not self.enabled:
-            return weight
-        return weight + self.scale * (self.lora_B @ self.lora_A)
+        down, up = self.replacement or (self.lora_A, self.lora_B)
+        return weight + self.scale * (up @ down)
 
 
 def _targets(model: nn.Module, suffixes: Sequence[str]) -> list[tuple[str, nn.Module, str]]:
@@ -112,17 +112,26 @@ def residuals(model: nn.Module) -> dict[str, LowRank]:
     return out
 
 
+def clone_factors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of the adapter's factors, named as `lora_state_dict` names them."""
+    return {name: tensor.clone() for name, tensor in lora_state_dict(model).items()}
+
+
 @contextlib.contextmanager
-def adapters_disabled(model: nn.Module) -> Iterator[None]:
-    """The base model for the block's duration (the KL reference costs no second copy)."""
-    deltas = [d for _, d in lora_modules(model)]
-    for d in deltas:
-        d.enabled = False
+def adapters_replaced(model: nn.Module, factors: dict[str, torch.Tensor]) -> Iterator[None]:
+    """The model with these factors (`lora_state_dict`'s names) in place of its adapter's for the
+    block's duration: another adapted policy, such as the KL reference, without a second model."""
+    deltas = list(lora_modules(model))
+    missing = [n for name, _ in deltas for n in (f"{name}.lora_A", f"{name}.lora_B") if n not in factors]
+    if missing:
+        raise ValueError(f"no factors for {missing[:3]} ({len(missing)} missing)")
+    for name, delta in deltas:
+        delta.replacement = (factors[f"{name}.lora_A"], factors[f"{name}.lora_B"])
     try:
         yield
     finally:
-        for d in deltas:
-            d.enabled = True
+        for _, delta in deltas:
+            delta.replacement = None
 
 
 def save_adapter(model: nn.Module, directory: str | Path, **meta) -> Path:

@@ -42,7 +42,9 @@ The choices, each with its reason (../shared/reference/anchors-rl-swe.md, sectio
    ratio measures routing noise instead of the policy's change.
 6. **Optional KL to a reference** (k3 estimator, `kl_coef`; default 0 as DAPO, DeepSWE and TRL):
    kl_t = exp(ref - logp) - (ref - logp) - 1, unbiased and non-negative, added per policy token
-   under the same token normalisation.
+   under the same token normalisation. The reference is the policy the RL phase starts from (the
+   warm start's result, kept beside the checkpoints: training/rl.py `keep_reference`), not the
+   pretrained model, which after a warm start is the policy that made no tool call.
 7. **Off-policy data: reward-filtered likelihood, never the ratio.** A sample whose behaviour
    policy is unknown or not comparable (a log of another model, an endpoint that returned no
    logprobs, a version older than `max_policy_age`) has no mu, so neither r nor w exists for

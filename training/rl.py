@@ -178,6 +178,15 @@ def demonstrations(run: Run) -> list:
         tasks, run.tokenizer, d, cfg.train.endpoint, model=cfg.train.endpoint_model or None))
 
 
+def keep_reference(run: Run) -> None:
+    """The KL reference is the policy the RL phase starts from (the warm start's result): taken at
+    the first update of the run directory with `kl_coef` > 0 and kept beside the checkpoints, so
+    a resumed run compares with the same one (every rank calls it: the gathers)."""
+    if not run.checkpoints.load_reference(run.trainer):
+        run.trainer.take_reference()
+        run.checkpoints.save_reference(run.trainer)
+
+
 async def reinforce(run: Run, progress) -> None:
     """The RL phase: producers keep `rollout.workers` jobs running within the buffer's capacity;
     the trainer takes each update's groups, steps, pushes weights, then advances the buffer."""
@@ -294,6 +303,8 @@ def train(config: RLConfig) -> Run:
         progress = tqdm(total=total, initial=run.trainer.step, desc="training.rl", unit="update")
     try:
         warm_start(run, progress)
+        if config.loss.kl_coef > 0:
+            keep_reference(run)
         if run.leader:
             asyncio.run(reinforce(run, progress))
         else:

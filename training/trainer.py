@@ -5,6 +5,13 @@ checkpoints. Rollouts, the buffer and weight sync are other modules (training/rl
     model = load_policy(cfg.model, seed)              # composer-mini, a checkpoint, or "debug"
     trainer = Trainer(cfg, model)
     metrics = trainer.update(groups, version)         # forward, backward, optimizer step
+    trainer.take_reference()                          # the policy now is the KL reference
+
+The KL reference (`loss.kl_coef`) is a policy the run took on purpose, the one its RL phase
+starts from (training/rl.py), not the model it loaded: after a warm start, the pretrained model
+is the policy that made no tool call, and pulling towards it would undo the warm start. Under
+LoRA it is a copy of the adapter's factors swapped in for the reference's forward; otherwise a
+copy of the model.
 
 Under torch.distributed (training/distributed.py) each rank updates on its share of the
 samples; the loss's token counts and the metrics are summed over ranks first, so the gradient
@@ -30,7 +37,7 @@ from model.transformer import Transformer
 from training.batch import MicroBatch, PreparedBatch, micro_batches, prepare, shard
 from training.buffer import Group
 from training.config import RLConfig, TrainModelConfig
-from training.lora import adapters_disabled, add_lora
+from training.lora import adapters_replaced, add_lora, clone_factors, lora_state_dict
 from training.loss import METRIC_COUNTS, LossCounts, LossInputs, policy_loss, selected_logprobs
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -72,9 +79,8 @@ class Trainer:
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("nothing to train: every parameter is frozen")
-        self.reference = None
-        if config.loss.kl_coef > 0 and mc.lora_rank == 0:
-            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        self.lora = mc.lora_rank > 0
+        self.reference: Transformer | dict[str, torch.Tensor] | None = None  # a model, or LoRA factors
         o = config.optim
         self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
         self.step = 0
@@ -133,13 +139,13 @@ class Trainer:
         logp = self.token_logprobs(self.model, mb)
         v = mb.valid_BP
         ref = None
-        if self.config.loss.kl_coef > 0:
+        if self.config.loss.kl_coef > 0 and self.reference is not None:
             with torch.no_grad():
-                if self.reference is not None:
-                    ref = self.token_logprobs(self.reference, mb)[v]
-                else:
-                    with adapters_disabled(self.model):
+                if isinstance(self.reference, dict):
+                    with adapters_replaced(self.model, self.reference):
                         ref = self.token_logprobs(self.model, mb)[v]
+                else:
+                    ref = self.token_logprobs(self.reference, mb)[v]
         return LossInputs(
             logprobs=logp[v], old_logprobs=logp.detach()[v], behaviour_logprobs=mb.behaviour_BP[v],
             advantages=mb.advantages_BP[v], mask=mb.mask_BP[v], sft_mask=mb.sft_mask_BP[v], ref_logprobs=ref,
@@ -194,6 +200,46 @@ class Trainer:
         out.update({f"dropped_{k}": float(v) for k, v in batch.dropped.items()}, samples=samples)
         out.update(policy_tokens=float(counts.policy_tokens), sft_tokens=float(counts.sft_tokens))
         return out
+
+    # ---- the KL reference -----------------------------------------------------------------------
+
+    def take_reference(self) -> None:
+        """The policy as it is now becomes the KL reference."""
+        if self.lora:
+            self.reference = clone_factors(self.model)
+        else:
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+
+    def reference_tensors(self) -> dict[str, torch.Tensor]:
+        """What a checkpoint keeps of the reference: the LoRA factors, or the model's weights under
+        HF names (gathered under FSDP: every rank calls it)."""
+        if self.reference is None:
+            raise ValueError("the trainer has no KL reference yet (take_reference)")
+        if isinstance(self.reference, dict):
+            return self.reference
+        from training.checkpoint import full_tensors
+
+        return full_tensors(self.reference)
+
+    def load_reference(self, tensors: dict[str, torch.Tensor]) -> None:
+        """The reference from `reference_tensors`' output (every rank reads the same tensors)."""
+        if self.lora:
+            own = lora_state_dict(self.model)
+            if own.keys() != tensors.keys() or any(own[k].shape != tensors[k].shape for k in own):
+                raise ValueError("the saved KL reference's LoRA factors do not match this adapter's "
+                                 "(another rank or other targets?)")
+            self.reference = dict(tensors)
+            return
+        from model.hf import load_hf_state_dict
+
+        like = next(self.model.parameters())
+        reference = Transformer(self.model.config).to(dtype=like.dtype, device=like.device)
+        load_hf_state_dict(reference, tensors, source="the saved KL reference")
+        if self.group is not None:
+            from training.distributed import shard_model
+
+            shard_model(reference)
+        self.reference = reference.eval().requires_grad_(False)
 
     # ---- state ----------------------------------------------------------------------------------
 

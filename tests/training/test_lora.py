@@ -11,7 +11,14 @@ from model.transformer import Transformer
 from training.buffer import Group
 from training.checkpoint import Checkpointer, export_model
 from training.config import debug, replace_in
-from training.lora import adapters_disabled, add_lora, load_adapter, lora_modules, save_adapter
+from training.lora import (
+    adapters_replaced,
+    add_lora,
+    clone_factors,
+    load_adapter,
+    lora_modules,
+    save_adapter,
+)
 from training.toy import byte_tokenizer, demonstrations
 from training.trainer import Trainer
 
@@ -53,8 +60,16 @@ def test_merged_weights_are_base_plus_scaled_low_rank_product():
     expected = base + 3.0 * delta.lora_B @ delta.lora_A
     torch.testing.assert_close(tuned.layers[1].attn.o_proj.weight, expected)
     torch.testing.assert_close(hf_state_dict(tuned)["model.layers.1.self_attn.o_proj.weight"], expected)
-    with adapters_disabled(tuned):
-        assert torch.equal(tuned.layers[1].attn.o_proj.weight, base)
+    factors = clone_factors(tuned)
+    with adapters_replaced(tuned, {k: torch.zeros_like(v) for k, v in factors.items()}):
+        assert torch.equal(tuned.layers[1].attn.o_proj.weight, base)  # B = 0: the base model
+    with torch.no_grad():
+        delta.lora_B.zero_()  # the adapter moves on; the copy still holds the earlier factors
+    with adapters_replaced(tuned, factors):
+        torch.testing.assert_close(tuned.layers[1].attn.o_proj.weight, expected)
+    assert torch.equal(tuned.layers[1].attn.o_proj.weight, base)  # its own factors again
+    with pytest.raises(ValueError, match="no factors"), adapters_replaced(tuned, {}):
+        pass
 
 
 def test_adapter_round_trip_and_export(tmp_path):

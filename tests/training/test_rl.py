@@ -50,6 +50,26 @@ def test_reward_does_not_rise_without_the_policy_gradient(tmp_path):
     assert max(rewards) <= 0.5, rewards
 
 
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_the_kl_reference_is_the_policy_rl_starts_from(tmp_path, lora_rank):
+    # Not the model the run loaded: after a warm start that is the policy that makes no tool call.
+    config = replace_in(debug(), checkpoint={"dir": str(tmp_path), "every": 1}, model={"lora_rank": lora_rank},
+                        loss={"kl_coef": 0.5}, train={"steps": 0})
+    train(config)  # the warm start alone
+    weights = "adapter/adapter_model.safetensors" if lora_rank else "model.safetensors"
+    warm = load_file(tmp_path / "final" / weights)
+    train(replace_in(config, train={"steps": 4}))
+    saved = tmp_path / "checkpoints" / "reference.safetensors"
+    reference = load_file(saved)
+    assert reference.keys() == warm.keys() and all(reference[k].equal(warm[k]) for k in warm)
+    kl = [r["kl_ref"] for r in read_metrics(tmp_path / "metrics.jsonl") if "kl_ref" in r]
+    assert kl[0] < 1e-6 < max(kl), kl  # the first update's policy is the reference, then it moves
+    written = saved.stat().st_mtime_ns
+    run = train(replace_in(config, train={"steps": 5}))  # resumed: the saved reference, not the policy now
+    again = run.trainer.reference_tensors()
+    assert saved.stat().st_mtime_ns == written and all(again[k].equal(reference[k]) for k in reference)
+
+
 def _command(run_dir: Path) -> list[str]:
     return [sys.executable, "-m", "training.rl", "--preset", "debug", "--checkpoint.dir", str(run_dir),
             "--train.steps", "6", "--checkpoint.every", "2"]
