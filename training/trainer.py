@@ -17,15 +17,16 @@ Under torch.distributed (training/distributed.py) each rank updates on its share
 samples; the loss's token counts and the metrics are summed over ranks first, so the gradient
 equals one process's on the whole batch.
 
-Tests: .venv/bin/python -m pytest tests/training/test_trainer.py
+Tests: .venv/bin/python -m pytest tests/training/test_trainer_replay.py tests/training/test_lora.py
+    tests/training/test_distributed.py tests/training/test_rl.py
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import torch
@@ -36,6 +37,7 @@ from model.layers import GradPositions, PackedRows
 from model.transformer import Transformer
 from training.batch import MicroBatch, PreparedBatch, micro_batches, prepare, shard
 from training.buffer import Group
+from training.checkpoint import full_tensors
 from training.config import RLConfig, TrainModelConfig
 from training.lora import adapters_replaced, add_lora, clone_factors, lora_state_dict
 from training.loss import METRIC_COUNTS, LossCounts, LossInputs, policy_loss, selected_logprobs
@@ -139,13 +141,9 @@ class Trainer:
         logp = self.token_logprobs(self.model, mb)
         v = mb.valid_BP
         ref = None
-        if self.config.loss.kl_coef > 0 and self.reference is not None:
-            with torch.no_grad():
-                if isinstance(self.reference, dict):
-                    with adapters_replaced(self.model, self.reference):
-                        ref = self.token_logprobs(self.model, mb)[v]
-                else:
-                    ref = self.token_logprobs(self.reference, mb)[v]
+        if self._kl_active():
+            with torch.no_grad(), self._reference_model() as reference:
+                ref = self.token_logprobs(reference, mb)[v]
         return LossInputs(
             logprobs=logp[v], old_logprobs=logp.detach()[v], behaviour_logprobs=mb.behaviour_BP[v],
             advantages=mb.advantages_BP[v], mask=mb.mask_BP[v], sft_mask=mb.sft_mask_BP[v], ref_logprobs=ref,
@@ -176,8 +174,14 @@ class Trainer:
         return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
     def _empty_backward(self) -> None:
-        """A forward and backward that changes no gradient (a rank with fewer micro-batches)."""
-        out = self.model(torch.zeros(1, 1, dtype=torch.long, device=next(self.model.parameters()).device))
+        """A forward and backward that changes no gradient (a rank with fewer micro-batches), with
+        the reference's forward where the loss has one: under FSDP each forward is collectives that
+        the busier ranks' micro-batches issue too, in this order."""
+        ids = torch.zeros(1, 1, dtype=torch.long, device=next(self.model.parameters()).device)
+        out = self.model(ids)
+        if self._kl_active():
+            with torch.no_grad(), self._reference_model() as reference:
+                reference(ids)
         (0.0 * out.logits.sum()).backward()
 
     def _all_reduce(self, values: list[float], op=dist.ReduceOp.SUM) -> list[float]:
@@ -207,8 +211,8 @@ class Trainer:
         """The policy as it is now becomes the KL reference."""
         if self.lora:
             self.reference = clone_factors(self.model)
-        else:
-            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+        else:  # through the full weights: FSDP's modules cannot be deep-copied (every rank calls it)
+            self.load_reference(full_tensors(self.model))
 
     def reference_tensors(self) -> dict[str, torch.Tensor]:
         """What a checkpoint keeps of the reference: the LoRA factors, or the model's weights under
@@ -217,8 +221,6 @@ class Trainer:
             raise ValueError("the trainer has no KL reference yet (take_reference)")
         if isinstance(self.reference, dict):
             return self.reference
-        from training.checkpoint import full_tensors
-
         return full_tensors(self.reference)
 
     def load_reference(self, tensors: dict[str, torch.Tensor]) -> None:
@@ -240,6 +242,19 @@ class Trainer:
 
             shard_model(reference)
         self.reference = reference.eval().requires_grad_(False)
+
+    def _kl_active(self) -> bool:
+        return self.config.loss.kl_coef > 0 and self.reference is not None
+
+    @contextmanager
+    def _reference_model(self) -> Iterator[Transformer]:
+        """The module whose forward is the reference's: its own copy (full fine-tuning), or the
+        policy with the reference's LoRA factors swapped in."""
+        if isinstance(self.reference, dict):
+            with adapters_replaced(self.model, self.reference):
+                yield self.model
+        else:
+            yield self.reference
 
     # ---- state ----------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import math
 import os
 import pickle
 import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -41,21 +42,34 @@ def _groups(seed: int = 0) -> list[Group]:
     return groups
 
 
-def _run(args: list[str], tmp_path: Path) -> dict:
+def _run(args: list[str], tmp_path: Path, extra: tuple[str, ...] = ()) -> dict:
     out = tmp_path / f"out-{len(args)}.pt"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    ran = subprocess.run([*args, str(WORKER), str(tmp_path / "groups.pkl"), str(out)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert ran.returncode == 0, f"{' '.join(args)} exited {ran.returncode}:\n{ran.stderr[-4000:]}"
+    # Its own session, so that a hang (ranks whose collectives do not pair up) ends with the ranks.
+    proc = subprocess.Popen([*args, str(WORKER), str(tmp_path / "groups.pkl"), str(out), *extra], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, stderr = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"{' '.join(args)} hung for 300 s (killed with its ranks)")
+    assert proc.returncode == 0, f"{' '.join(args)} exited {proc.returncode}:\n{stderr[-4000:]}"
     return torch.load(out, weights_only=False)
 
 
 @pytest.mark.slow
-def test_two_ranks_match_one_process(tmp_path):
+@pytest.mark.parametrize("kl", [False, True])
+def test_two_ranks_match_one_process(tmp_path, kl):
+    # kl: the KL reference's round trip under FSDP (gathered, loaded, sharded again) and its term.
     (tmp_path / "groups.pkl").write_bytes(pickle.dumps(_groups()))
-    one = _run([sys.executable], tmp_path)
+    extra = ("kl",) if kl else ()
+    one = _run([sys.executable], tmp_path, extra)
     two = _run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                "--standalone"], tmp_path)
+                "--standalone"], tmp_path, extra)
+    if kl:
+        assert one["metrics"]["kl_ref"] > 1e-4
+        assert two["metrics"]["kl_ref"] == pytest.approx(one["metrics"]["kl_ref"], rel=1e-4)
     # The experts' stacked weights are sharded by expert: each rank holds 2 of the 4.
     assert one["local_experts"][0][0] == 4 and all(shape[0] == 2 for shape in two["local_experts"])
     for key in ("pg_loss", "sft_loss", "is_weight", "clip_high", "policy_tokens", "sft_tokens", "train_tokens"):
