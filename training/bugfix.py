@@ -6,6 +6,7 @@ from the line: no network, milliseconds).
     python -m training.bugfix                # writes training/data/suites/bugfix-{train,heldout}.jsonl
     python -m training.bugfix --check        # exit 1 when the committed files differ from a regeneration
     python -m training.bugfix --split train --all-levels --out FILE    # every bug at every level
+    python -m training.bugfix --split train --seed 0 1 2 3 4 5 --out FILE  # more bugs: several seeds' pooled
 
 The corpus is training/data/bugfix/: PACKAGE/MODULE.py (plain functions, stdlib only) and
 tests/test_MODULE.py with one `test_<function>` per function.
@@ -251,6 +252,25 @@ def generate(split: str, *, seed: int = 0, all_levels: bool = False, corpus: Pat
             for level in (LEVELS if all_levels else (LEVELS[k % len(LEVELS)],))]
 
 
+def pooled(split: str, seeds: list[int], *, all_levels: bool = False, corpus: Path = CORPUS) -> list[Task]:
+    """The distinct bugs of several seeds' splits: each seed's tasks in order, less the bugs an
+    earlier seed already gave (a bug keeps the level its first seed gave it). A function has more
+    mutations than a split takes, so more seeds make more demonstrations of the same functions
+    (the train split's 369 tasks become 767 over seeds 0-5)."""
+    tasks: list[Task] = []
+    seen: set[str] = set()
+    for seed in seeds:
+        fresh = [t for t in generate(split, seed=seed, all_levels=all_levels, corpus=corpus) if _bug_id(t) not in seen]
+        seen |= {_bug_id(t) for t in fresh}
+        tasks += fresh
+    return tasks
+
+
+def _bug_id(task: Task) -> str:
+    """The instance id less its level: the function, the kind and the bug diff's digest."""
+    return task.instance_id.rsplit("__", 1)[0]
+
+
 def suite_path(split: str) -> Path:
     return SUITES / f"bugfix-{split}.jsonl"
 
@@ -258,7 +278,8 @@ def suite_path(split: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.bugfix", description=__doc__.split("\n\n")[0])
     parser.add_argument("--split", choices=("train", "heldout", "both"), default="both")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, nargs="+", default=[0],
+                        help="several seeds pool their distinct bugs (the committed splits: seed 0)")
     parser.add_argument("--all-levels", action="store_true", help="every bug at every level (default: one level each)")
     parser.add_argument("--out", type=Path, help="tasks JSONL to write (one split; default: the suite's file)")
     parser.add_argument("--check", action="store_true", help="compare with the committed files, write nothing")
@@ -266,9 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     splits = ("train", "heldout") if args.split == "both" else (args.split,)
     if args.out is not None and len(splits) != 1:
         parser.error("--out takes one --split")
+    if args.out is None and args.seed != [0]:
+        parser.error("the committed splits use seed 0: write other seeds' tasks with --out")
     stale = []
     for split in splits:
-        tasks = generate(split, seed=args.seed, all_levels=args.all_levels)
+        tasks = pooled(split, args.seed, all_levels=args.all_levels)
         out = args.out or suite_path(split)
         if args.check:
             if not out.is_file() or load_tasks(out) != tasks:

@@ -165,6 +165,20 @@ def test_corpus_rules_are_enforced(tmp_path):
     assert tasks != bugfix.generate("train", corpus=tmp_path, all_levels=True, seed=1)
 
 
+def test_pooled_seeds_add_distinct_bugs_of_the_same_functions(train):
+    tasks = bugfix.pooled("train", [0, 1])
+    assert tasks[:len(train)] == train  # seed 0's split first, as committed
+    more = tasks[len(train):]
+    assert more and {t.metadata["seed"] for t in more} == {1}
+    ids = [t.instance_id.rsplit("__", 1)[0] for t in tasks]
+    assert len(ids) == len(set(ids))  # no bug twice, whatever its level
+    assert {t.metadata["function"] for t in more} <= {t.metadata["function"] for t in train}
+    assert {t.metadata["split"] for t in tasks} == {"train"}
+    refused = subprocess.run([sys.executable, "-m", "training.bugfix", "--seed", "1"], capture_output=True,
+                             text=True, cwd=ROOT, timeout=60)
+    assert refused.returncode == 2 and "--out" in refused.stderr  # the committed splits stay seed 0's
+
+
 @pytest.mark.slow
 def test_committed_splits_equal_a_regeneration():
     done = subprocess.run([sys.executable, "-m", "training.bugfix", "--check"], capture_output=True, text=True,
