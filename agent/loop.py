@@ -30,9 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent import events as ev
+from agent.exceptions import WorkspaceError
 from agent.policy import Policy, Reply
 from agent.redact import redact_obj
 from agent.tools.base import ToolContext, ToolRegistry, ToolResult, truncate
+from agent.tools.files import READS_KEY
 from agent.trajectory import Prompt, TokenStream, common_prefix
 from model.toolcalls import ToolCall
 
@@ -303,6 +305,8 @@ class Agent:
             options["seed"] = self.config.seed + self._model_calls
         if prompt is not None:
             options["prompt_ids"] = prompt.ids
+        if getattr(self.policy, "takes_quotes", False):
+            options["quotes"] = await asyncio.to_thread(self._quotes)
         reply = await self.policy.complete(
             self.messages, tools, max_tokens=max_tokens,
             temperature=self.config.temperature, on_text=on_text, **options,
@@ -326,6 +330,19 @@ class Agent:
         self._emit(ev.usage_update(used=reply.prompt_tokens + reply.completion_tokens, size=self.policy.context_window))
         self._redact_seen()
         return reply, note
+
+    def _quotes(self) -> dict[str, dict[str, list[str]]]:
+        """For each tool argument copied from files (ToolSpec.quoted, edit_file's old_string):
+        the texts of the files read or written this session, as they are now (unsaved buffers
+        included). The engine keeps such an argument a piece of one of them, so it matches."""
+        quoted = {spec.name: spec.quoted for spec in self.tools.specs() if spec.quoted}
+        texts = []
+        for rel in list(self.ctx.state.get(READS_KEY, {})) if quoted else ():
+            with contextlib.suppress(WorkspaceError, OSError):  # deleted, binary, too large
+                texts.append(self.ctx.workspace.read_text(rel))
+        if not texts:
+            return {}
+        return {name: dict.fromkeys(keys, texts) for name, keys in quoted.items()}
 
     def _prompt(self, tools: list[dict]) -> Prompt | None:
         """The next prompt's ids for a token-native policy (None for a text-only one), with the

@@ -71,7 +71,9 @@ class Reply:
 class Policy(Protocol):
     """What the agent loop needs of a model. A token-native policy also has `tokenizer` and
     `token_native = True`, and its `complete` takes `prompt_ids` (the exact prompt), `top_p` and
-    `seed`; the loop passes those only to policies that need them."""
+    `seed`; the loop passes those only to policies that need them. A policy with `takes_quotes =
+    True` also takes `quotes` (the texts that quoted tool arguments are copied from, see
+    ToolSpec.quoted)."""
 
     model_id: str
     context_window: int
@@ -129,6 +131,7 @@ def _seed(seed: int | None) -> int:
 
 class EnginePolicy:
     token_native = True
+    takes_quotes = True
 
     def __init__(self, engine, *, model_id: str = "composer-mini", constrained: bool = True, record_routing: bool = True) -> None:
         self.engine = engine
@@ -142,13 +145,13 @@ class EnginePolicy:
         return len(self.engine.tokenizer.encode_prompt(messages, tools))
 
     async def complete(self, messages, tools, *, max_tokens, temperature=0.0, top_p=1.0, seed=None,
-                       on_text=None, prompt_ids=None) -> Reply:
+                       on_text=None, prompt_ids=None, quotes=None) -> Reply:
         loop = asyncio.get_running_loop()
         started = loop.time()
         tools = list(tools)
         prompt = list(prompt_ids) if prompt_ids is not None else self.tokenizer.encode_chat(list(messages), tools=tools or None)
         max_tokens = max(1, min(max_tokens, self.engine.max_seq_len - len(prompt) - 1))
-        constraint = self.engine.tool_call_constraint(tools) if tools and self.constrained else None
+        constraint = self.engine.tool_call_constraint(tools, quotes=quotes) if tools and self.constrained else None
         from model.sampling import SamplingParams  # torch: only the in-process engine needs it
 
         seed = _seed(seed)

@@ -17,6 +17,8 @@ it, the tool-call constraint: agent.policy.EnginePolicy), greedy:
   edit:  applies  given the gold script's turns up to its edit, the reply's edit_file calls all
                   apply, by edit_file's own rule (agent/tools/files.py plan_edit)
          fixes    ... and leave the files as the gold patch does
+         quoted   both again with old_string quoted from the file as the agent loop quotes it
+                  (the files read: model/constrained_quote.py), in the same run
 
     python bench/gold_moves.py --policy composer-mini --policy runs/cpu/final \\
         [--suite bugfix-heldout] [--tasks 16] [--quantize int4] [--no-write]
@@ -164,10 +166,13 @@ def first_move(engine: Engine, policy: EnginePolicy, scene: Scene) -> dict[str, 
             "p_tool": math.exp(logprob), "p_tool_below": below}
 
 
-def edit_move(policy: EnginePolicy, scene: Scene, max_tokens: int) -> dict[str, Any]:
-    """The greedy reply to the prompt before the gold edit: whether its edits apply, and fix."""
+def edit_move(policy: EnginePolicy, scene: Scene, max_tokens: int, quoted: bool = False) -> dict[str, Any]:
+    """The greedy reply to the prompt before the gold edit: whether its edits apply, and fix;
+    `quoted`: with old_string kept a piece of the file read, as the agent loop asks it."""
     at = scene.edit_turn
-    reply = asyncio.run(policy.complete(None, scene.tools, max_tokens=max_tokens, prompt_ids=scene.prompts[at]))
+    quotes = {"edit_file": {"old_string": list(scene.before.values())}} if quoted else None
+    reply = asyncio.run(policy.complete(None, scene.tools, max_tokens=max_tokens, prompt_ids=scene.prompts[at],
+                                        quotes=quotes))
     edits = [c for c in reply.tool_calls if c.name == "edit_file"]
     result = edited(scene.before, edits) if edits else None
     return {"calls": [{"name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
@@ -181,6 +186,7 @@ def measure(path: str, quantize: str, cases: list[Scene], edit_tokens: int) -> d
         policy = EnginePolicy(engine, record_routing=False)
         firsts = [first_move(engine, policy, scene) for scene in cases]
         edits = [edit_move(policy, scene, edit_tokens) for scene in cases]
+        quoted = [edit_move(policy, scene, edit_tokens, quoted=True) for scene in cases]
     finally:
         engine.close()
     n = len(cases)
@@ -188,18 +194,20 @@ def measure(path: str, quantize: str, cases: list[Scene], edit_tokens: int) -> d
             "p_tool": sum(m["p_tool"] for m in firsts) / n,
             "first_tools": dict(collections.Counter(m["call"]["name"] if m["call"] else "(no call)" for m in firsts)),
             "edit_applies": sum(m["applies"] for m in edits), "edit_fixes": sum(m["fixes"] for m in edits),
-            "edit_exact": sum(m["exact"] for m in edits), "firsts": firsts, "edits": edits}
+            "edit_exact": sum(m["exact"] for m in edits), "quoted_applies": sum(m["applies"] for m in quoted),
+            "quoted_fixes": sum(m["fixes"] for m in quoted), "firsts": firsts, "edits": edits, "quoted_edits": quoted}
 
 
 def table(results: dict[str, Any]) -> str:
     lines = ["| checkpoint | first tool is the gold one | and its arguments | P(gold tool), mean | greedy first tools "
-             "| edit applies | edit fixes | edit is the gold one |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| edit applies | edit fixes | edit is the gold one | quoted: applies | quoted: fixes |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for path, row in results["policies"].items():
         n = row["tasks"]
         tools = ", ".join(f"{name} {k}" for name, k in sorted(row["first_tools"].items(), key=lambda kv: -kv[1]))
         lines.append(f"| {path} | {row['tool']} of {n} | {row['exact']} of {n} | {row['p_tool']:.3f} | {tools} | "
-                     f"{row['edit_applies']} of {n} | {row['edit_fixes']} of {n} | {row['edit_exact']} of {n} |")
+                     f"{row['edit_applies']} of {n} | {row['edit_fixes']} of {n} | {row['edit_exact']} of {n} | "
+                     f"{row['quoted_applies']} of {n} | {row['quoted_fixes']} of {n} |")
     gold = ", ".join(f"{name} {k}" for name, k in results["gold_tools"].items())
     return "\n".join(lines) + (f"\n\nThe gold scripts' first tools: {gold}; their edits quote "
                                f"{results['gold_edit_lines']} lines of old_string in all.\n")
@@ -237,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.quantize}, greedy, the tool-call constraint on; prompt lengths {min(lengths)}-{max(lengths)} tokens.")
     name = "gold_moves" + ("" if args.suite == "bugfix-heldout" else f"-{args.suite}")
     publish(name, f"Gold moves: {args.suite}", results, table(results), meta, write=not args.no_write)
-    print(json.dumps({p: {k: r[k] for k in ("tool", "exact", "edit_applies", "edit_fixes")}
+    print(json.dumps({p: {k: r[k] for k in ("tool", "exact", "edit_applies", "edit_fixes", "quoted_applies", "quoted_fixes")}
                       for p, r in results["policies"].items()}))
     return 0
 

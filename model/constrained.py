@@ -32,6 +32,11 @@ Special tokens (EOS, `<|im_end|>`) go in `eos_token_ids`/`special_token_ids`, wh
 text; tokens with empty text count as special too. Special tokens are allowed outside calls
 only. An added `<tool_call>` token must not be special: its text is what opens a call.
 
+Quoted arguments: `quotes={"edit_file": {"old_string": [text, ...]}}` makes that string argument
+a verbatim piece of one of the texts (model/constrained_quote.py): the agent passes the files it
+has read, so `old_string` always matches. Tools not offered are skipped; a quoted key must be a
+string property of its tool's schema.
+
 Modes: "auto" (calls optional), "required" (the output starts with `<tool_call>`; after the first
 call, free text and more calls), "none" (no token may complete `<tool_call>`).
 
@@ -84,6 +89,7 @@ class ToolCallConstraint:
         max_string_chars: int = 4096,
         max_depth: int = 32,
         max_whitespace: int = 64,
+        quotes: Mapping[str, Mapping[str, Iterable[str]]] | None = None,
     ) -> None:
         if mode not in ("auto", "required", "none"):
             raise ValueError(f"mode must be 'auto', 'required' or 'none', got {mode!r}")
@@ -104,7 +110,7 @@ class ToolCallConstraint:
         self.table = table
         self.mode = mode
         self._grammar = Grammar(
-            specs, mode == "none" or specs == {}, max_string_chars, max_depth, max_whitespace
+            specs, mode == "none" or specs == {}, max_string_chars, max_depth, max_whitespace, quotes
         )
         self._check_single_chars()
         grammar = self._grammar

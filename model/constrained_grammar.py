@@ -11,11 +11,20 @@ first of them. Tests: tests/model/test_constrained.py.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from model import code_quotes
-from model.constrained_schema import ANY, CHAR_TYPE, NUMBER, TYPE_COST, TYPE_FIRST, ArgSchema
+from model.constrained_quote import ESCAPED, Quote
+from model.constrained_schema import (
+    ANY,
+    CHAR_TYPE,
+    NUMBER,
+    STRING,
+    TYPE_COST,
+    TYPE_FIRST,
+    ArgSchema,
+)
 from model.toolcalls import CLOSE_TAG, OPEN_TAG
 
 State = tuple[int, int, Any]
@@ -29,12 +38,14 @@ TEXT, START, CALL = 0, 1, 2  # outside calls / required mode before the first ca
 _VSTR = 19  # a string value of the arguments object: a bare quote in it may be literal
 # _WS: x = run length. _LIT: x = literal, y = offset. _VALUE/_OBJ_*/_ARR_*: x = depth.
 # _STR/_ANY_NAME: x = length, y = escape state (0 none, 1 after '\', 2..5 after '\u' + y-2 hex).
-# _VSTR: x = (length, quote context of model/code_quotes.py); y = escape state as in _STR, or
+# _VSTR: x = (length, quote context of model/code_quotes.py, Quote or None: a quoted value must
+# stay a piece of its sources, model/constrained_quote.py); y = escape state as in _STR, or
 # _PENDING + 2 * n + c: after a bare quote and n whitespace characters (c = 1: one of them is
 # not a space), undecided between closing and a literal quote.
 # _NAME: x = prefix of a tool name (JSON-escaped). _NUM/_INUM (integer): x = state, y = length.
 # _ARGS_*: x = ArgSchema, y = mask of keys seen. _KEY: x = ArgSchema, y = (mask, key prefix).
-# _TVALUE: x = depth, y = mask of allowed types (model/constrained_schema.py).
+# _TVALUE (a top-level value): x = its Quote or None, y = mask of allowed types
+# (model/constrained_schema.py).
 _N_MINUS, _N_ZERO, _N_INT, _N_DOT, _N_FRAC, _N_E, _N_ESIGN, _N_EXP = range(8)
 _NUM_DONE = (False, True, True, False, True, False, False, True)  # may end here
 _ESCAPE_COST = (0, 1, 4, 3, 2, 1)
@@ -61,6 +72,7 @@ class Grammar:
         max_string_chars: int,
         max_depth: int,
         max_whitespace: int,
+        quotes: Mapping[str, Mapping[str, Iterable[str]]] | None = None,
     ) -> None:
         self.no_calls = no_calls
         self.max_string = max_string_chars
@@ -82,10 +94,27 @@ class Grammar:
                     self.name_next[encoded[:i]] = encoded[i] if i < len(encoded) else '"'
         if specs:  # an empty list opens no calls (no_calls); its skeleton is never used
             self.names = frozenset(self.schemas)
+        self.quotes: dict[tuple[int, int], Quote] = {}  # (id of a tool's ArgSchema, key index)
+        for name, keys in (quotes or {}).items():
+            self._add_quotes(name, keys)
         self.text_states = tuple((TEXT, k, None) for k in range(len(OPEN_TAG)))
         self.start_states = tuple((START, k, None) for k in range(len(OPEN_TAG)))
         self.call_start: State = (CALL, 0, self._skeleton())
         self.call_cost = self.cost(self.call_start)
+
+    def _add_quotes(self, name: str, keys: Mapping[str, Iterable[str]]) -> None:
+        """Quoted string arguments of tool `name` (a tool not offered is skipped): each key must
+        be a string property of its schema; a key without sources is not constrained."""
+        schema = self.schemas.get(json.dumps(name, ensure_ascii=False)[1:-1])
+        if schema is None:
+            return
+        for key, texts in keys.items():
+            i = schema.index.get(json.dumps(key, ensure_ascii=False)[1:-1])
+            if i is None or schema.types[i] & ~STRING:
+                raise ValueError(f"tool {name!r} has no string argument {key!r} to quote")
+            sources = tuple(dict.fromkeys(t for t in texts if t))
+            if sources:
+                self.quotes[id(schema), i] = Quote(sources)
 
     def _skeleton(self) -> tuple:
         """The stack right after `<tool_call>`; the top is the last one pushed."""
@@ -250,21 +279,22 @@ class Grammar:
             types = ANY if i is None else schema.types[i]
             stack = self.push(below, _ARGS_NEXT, schema, mask if i is None else mask | 1 << i)
             stack = self.push(stack, _WS)
-            stack = (
-                self.push(stack, _VALUE, 1) if types == ANY else self.push(stack, _TVALUE, 1, types)
-            )
+            if types == ANY:
+                stack = self.push(stack, _VALUE, 1)
+            else:
+                stack = self.push(stack, _TVALUE, self.quotes.get((id(schema), i)), types)
             return self.push(self.push(self.push(stack, _WS), _LIT, ":"), _WS)
         if not schema.open or ch in '"\\' or ch < " " or len(key) > self.max_string:
             return None
         return (_KEY, schema, (mask, key), below_cost, below)
 
-    def _start_typed(self, depth: int, types: int, below: tuple, ch: str) -> tuple | None:
+    def _start_typed(self, quote: Quote | None, types: int, below: tuple, ch: str) -> tuple | None:
         if not types & CHAR_TYPE.get(ch, 0):  # digits and '-': number or integer
             return None
         if ch in "{[":  # one level past max_depth at most: a typed value must be writable
             symbol = _OBJ_FIRST if ch == "{" else _ARR_FIRST
-            return self.push(self.push(below, symbol, depth + 1), _WS)
-        stack = self._start_value(depth, below, ch)
+            return self.push(self.push(below, symbol, 2), _WS)
+        stack = self._start_value(1, below, ch, quote)
         if stack is not None and stack[0] == _NUM and not types & NUMBER:
             return (_INUM, *stack[1:])  # integer only
         return stack
@@ -290,10 +320,10 @@ class Grammar:
             return self.push(stack, _STR)
         return None
 
-    def _start_value(self, depth: int, below: tuple, ch: str) -> tuple | None:
+    def _start_value(self, depth: int, below: tuple, ch: str, quote: Quote | None = None) -> tuple | None:
         if ch == '"':
             if depth == 1:
-                return self.push(below, _VSTR, (0, code_quotes.VALUE_START))
+                return self.push(below, _VSTR, (0, code_quotes.VALUE_START, quote))
             return self.push(below, _STR)
         if ch == "{" or ch == "[":
             if depth >= self.max_depth:
@@ -348,25 +378,29 @@ class Grammar:
         with it, as they would in valid JSON; any other character makes it, and the whitespace
         after it, part of the string. Where code could have no quote, it closes the string.
         model/code_quotes.py states the rule; model/toolcalls.py reads text back by it."""
-        symbol, (length, context), state, below_cost, below = stack
+        symbol, (length, context, quote), state, below_cost, below = stack
         if state < _PENDING:
             if ch == '"' and not state:
                 if not code_quotes.may_be_literal(context):
                     return below
-                return (symbol, (length, context), _PENDING, below_cost, below)
+                return (symbol, (length, context, quote), _PENDING, below_cost, below)
             after = self._step_string((symbol, length, state, below_cost, below), ch)
             if after is None:
                 return None
+            if quote is not None:
+                quote = _quote_step(quote, state, ch)
+                if quote is None:
+                    return None
             if state == 1:
                 context = code_quotes.after_escape(context)
             elif state or ch != "\\":  # a hex digit of `\uXXXX` or a plain character
                 context = code_quotes.after_text(context, ch)
-            return (symbol, (after[1], context), after[2], below_cost, below)
+            return (symbol, (after[1], context, quote), after[2], below_cost, below)
         spaces, control = divmod(state - _PENDING, 2)
         if ch in _JSON_WS:
             if spaces >= self.max_ws:
                 return None
-            return (symbol, (length, context), state + 2 + (ch != " " and not control),
+            return (symbol, (length, context, quote), state + 2 + (ch != " " and not control),
                     below_cost, below)
         if ch in code_quotes.VALUE_CLOSERS:
             closed: tuple | None = below
@@ -378,8 +412,12 @@ class Grammar:
         length += 1 + spaces
         if control or length > self.max_string:
             return None  # a literal tab or newline must be escaped in a JSON string
+        if quote is not None:
+            quote = quote.add('"' + " " * spaces)
+            if quote is None:
+                return None
         context = code_quotes.after_literal_quote(context)
-        return self._step_value_string((symbol, (length, context), 0, below_cost, below), ch)
+        return self._step_value_string((symbol, (length, context, quote), 0, below_cost, below), ch)
 
     def next_char(self, state: State) -> str | None:
         """The first character of the shortest way to close `state` (None: nothing to close)."""
@@ -391,6 +429,8 @@ class Grammar:
             stack = stack[4]
         symbol, x, y = stack[0], stack[1], stack[2]
         if symbol == _VSTR:
+            if y == 1 and x[2] is not None:  # after a backslash in a quoted value
+                return x[2].escapes()[0]
             symbol = _STR
         if symbol >= _ARGS_OPEN:
             return self._next_args_char(symbol, x, y)
@@ -427,6 +467,22 @@ class Grammar:
         if length > self.max_string:
             return None
         if symbol == _VSTR:
-            x = (length, code_quotes.after_text(x[1], text))
+            quote = x[2]
+            if quote is not None:
+                quote = quote.add(text)
+                if quote is None:
+                    return None
+            x = (length, code_quotes.after_text(x[1], text), quote)
             return (CALL, 0, (symbol, x, 0, below_cost, below))
         return (CALL, 0, (symbol, length, 0, below_cost, below))
+
+
+def _quote_step(quote: Quote, escape: int, ch: str) -> Quote | None:
+    """`quote` after `ch` of a string value in escape state `escape` (0 none, 1 after `\\`):
+    a plain character extends it; a backslash needs an escape that continues the match; `\\u`
+    is refused (model/constrained_quote.py)."""
+    if escape == 0:
+        if ch != "\\":
+            return quote.add(ch)
+        return quote if quote.escapes() else None
+    return quote.add(ESCAPED[ch]) if ch in quote.escapes() else None

@@ -212,9 +212,9 @@ class Engine:
         model = load_quantized(path, quantize, dtype=dtype)
         return cls(model, Tokenizer.from_dir(path), **kwargs)
 
-    def tool_call_constraint(self, tools: list[dict] | None, mode: str = "auto"):
-        """A fresh per-request constraint that keeps tool calls well-formed (model/constrained.py);
-        the vocabulary's token table is built once per engine."""
+    def tool_call_constraint(self, tools: list[dict] | None, mode: str = "auto", quotes: dict | None = None):
+        """A fresh per-request constraint: well-formed tool calls, `quotes`' arguments copied from
+        their texts (model/constrained.py); the token table is built once per engine."""
         from model.constrained import ToolCallConstraint
         from model.token_table import TokenTable
 
@@ -224,7 +224,7 @@ class Engine:
                 # End-of-turn first: the constraint ends free text with the first of these.
                 stops = list(dict.fromkeys([tok.eos_token_id, *tok.stop_token_ids]))
                 self._token_table = TokenTable(tok.token_strings(), stops, tok.special_token_ids)
-        return ToolCallConstraint(self._token_table, tools=tools, mode=mode)
+        return ToolCallConstraint(self._token_table, tools=tools, mode=mode, quotes=quotes)
 
     def prefix_cache_report(self) -> dict[str, Any]:
         """The prefix cache's configuration and counters (sizes, hits, evictions), or why it is off."""

@@ -39,6 +39,9 @@ class ToolSpec:
     read_only: bool
     """Never changes the workspace: safe to run beside other calls of the same message."""
     kind: ToolKind = "other"
+    quoted: tuple[str, ...] = ()
+    """String arguments copied verbatim from files the agent has read (edit_file's old_string):
+    the engine's decoder keeps them a piece of those files (model/constrained_quote.py)."""
 
     def to_openai(self) -> dict[str, Any]:
         return {

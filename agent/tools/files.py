@@ -386,6 +386,7 @@ class EditFile:
         },
         read_only=False,
         kind="edit",
+        quoted=("old_string",),
     )
 
     def paths(self, args: dict[str, Any]) -> list[str] | None:

@@ -41,9 +41,12 @@ class ScriptedEngine:
         self.script = list(script)
         self.forced = list(forced) if forced is not None else None
         self.seen: list[tuple[list[int], list[int]]] = []
+        self.quotes: list[dict | None] = []
+        """Per request with tools: the texts quoted arguments were to be copied from."""
         self.on_submit = on_submit
 
-    def tool_call_constraint(self, tools, mode="auto"):
+    def tool_call_constraint(self, tools, mode="auto", quotes=None):
+        self.quotes.append(quotes)
         return None  # the script's ids are fixed: nothing to constrain
 
     def submit(self, prompt_ids, params, on_event, on_done):
@@ -85,8 +88,12 @@ class Echo:
 
 def echo_call(tokenizer, out: str, text: str = "") -> list[int]:
     """A completion's ids: `text`, one echo call, the end-of-turn token."""
-    arguments = json.dumps({"out": out})
-    block = f'<tool_call>\n{{"name": "echo", "arguments": {arguments}}}\n</tool_call>'
+    return call_ids(tokenizer, "echo", {"out": out}, text)
+
+
+def call_ids(tokenizer, name: str, arguments: dict, text: str = "") -> list[int]:
+    """A completion's ids: `text`, one call of tool `name`, the end-of-turn token."""
+    block = f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
     return [*tokenizer.encode(text + block), tokenizer.eos_token_id]
 
 

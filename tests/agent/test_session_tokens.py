@@ -14,6 +14,7 @@ from scripted_engine import (  # tests/agent is no package: on sys.path
     Echo,
     ScriptedEngine,
     TextPolicy,
+    call_ids,
     echo_call,
 )
 
@@ -228,3 +229,21 @@ async def test_a_context_that_stays_full_ends_the_turn_as_the_models_own_not_as_
     assert result.steps == len(engine.seen) < 40
     [full] = [r for r in read_session(session.log_path) if r["type"] == "error"]
     assert full["kind"] == "context_full" and full["fatal"] is False and f"context window {limit}" in full["message"]
+
+
+async def test_edit_file_old_string_is_quoted_from_the_files_read_as_they_are_now(tmp_path, real_tokenizer):
+    """Each request tells the engine the texts edit_file's old_string may be copied from: the
+    files read or written this session, at their current contents (a deleted one dropped)."""
+    tok, root = real_tokenizer, tmp_path / "ws"
+    root.mkdir()
+    (root / "a.py").write_text("x = 1\n")
+    (root / "b.py").write_text("y = 2\n")
+    engine = ScriptedEngine(tok, [
+        call_ids(tok, "read_file", {"path": "a.py"}), call_ids(tok, "read_file", {"path": "b.py"}),
+        call_ids(tok, "edit_file", {"path": "a.py", "old_string": "x = 1", "new_string": "x = 3"}),
+        call_ids(tok, "delete_file", {"path": "b.py"}),
+    ])  # fmt: skip
+    session = await Session.create(config(root, max_steps=8), policy=EnginePolicy(engine))
+    await session.prompt("change x")
+    quoted = [q["edit_file"]["old_string"] if q else [] for q in engine.quotes]
+    assert quoted == [[], ["x = 1\n"], ["x = 1\n", "y = 2\n"], ["x = 3\n", "y = 2\n"], ["x = 3\n"]]

@@ -746,3 +746,114 @@ def test_many_schema_calls_from_a_biased_model():
         check_arguments(call, SCHEMA_TOOLS)
     assert len(calls) > 40 and len({call.name for call in calls}) >= 4
     assert any(call.arguments for call in calls)
+
+
+# --- quoted arguments (model/constrained_quote.py) --------------------------------------------
+
+EDIT_TOOLS = [
+    tool("edit_file", {"path": {"type": "string"}, "old_string": {"type": "string"},
+                       "new_string": {"type": "string"}, "n": {"type": "integer"}},
+         ["path", "old_string", "new_string"]),
+    {"name": "grep"},
+]  # fmt: skip
+SOURCE = 'def f(x):\n    return f"{x}" + \'a\\\\b\'\n\tpass\n'
+OTHER = "y = [1, 2]\n"
+EDIT = '<tool_call>{"name": "edit_file", "arguments": {"path": "a.py", "old_string": "'
+
+
+def quoting(**kwargs) -> ToolCallConstraint:
+    return make(tools=EDIT_TOOLS, quotes={"edit_file": {"old_string": [SOURCE, OTHER]}}, **kwargs)
+
+
+def quoted_accepts(text: str) -> bool:
+    c = quoting()
+    for token in tokenize(text):
+        if not c.is_allowed(token):
+            return False
+        c.advance(token)
+    return True
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ('    return f"{x}"', True),  # bare quotes read as literal by the lenient rule
+        ('    return f\\"{x}\\"', True),  # the same, escaped
+        ("def f(x):\\n    ret", True),  # across a line break
+        ("\\tpass\\n", True),
+        ("+ 'a\\\\\\\\b'", True),  # the source's two backslashes, escaped
+        ("y = [1, 2]", True),  # the other source
+        ("", True),
+        ("    return g", False),
+        ("def f(x):\\t", False),  # the wrong escape
+        ("+ 'a\\\\b'", False),  # \b is a backspace, not in the source
+        ("\\u0009pass", False),  # \u is refused in a quoted value
+        ("def f(x):\\n    return 1", False),
+        ("2]\\ny", False),  # each piece is in a source, the whole is in none
+    ],
+)
+def test_a_quoted_argument_stays_a_piece_of_its_sources(value, ok):
+    assert quoted_accepts(EDIT + value) == ok, value
+    if ok:
+        text = EDIT + value + '", "new_string": "anything at all"}}</tool_call>'
+        assert quoted_accepts(text)
+        (call,) = parse_tool_calls(text, tools=EDIT_TOOLS).tool_calls
+        assert call.arguments["old_string"] in SOURCE + "\0" + OTHER
+
+
+def test_only_the_quoted_key_of_the_offered_tool_is_constrained():
+    assert quoted_accepts('<tool_call>{"name": "edit_file", "arguments": {"path": "zzz", "new_string": "q'
+                          '", "old_string": "pass"}}</tool_call>')  # fmt: skip
+    assert quoted_accepts('<tool_call>{"name": "grep", "arguments": {"old_string": "zzz"}}</tool_call>')
+    assert accepts(EDIT + "zzz", tools=EDIT_TOOLS)  # no quotes given
+    unread = make(tools=EDIT_TOOLS, quotes={"edit_file": {"old_string": []}, "not_offered": {"a": ["x"]}})
+    assert feed(unread, EDIT + "zzz").in_call  # no texts: nothing to copy from, not constrained
+    for key in ("n", "missing"):
+        with pytest.raises(ValueError, match="no string argument"):
+            make(tools=EDIT_TOOLS, quotes={"edit_file": {key: [SOURCE]}})
+
+
+def test_a_quoted_argument_never_leads_into_a_dead_end():
+    """A backslash is taken only when an escape after it continues the match, and the shortest
+    way forward after it is such an escape; closing stays allowed, at the grammar's cost."""
+    c = feed(quoting(), EDIT + "def f(x):")
+    assert c.is_allowed(IDS["\\"]) and not feed(quoting(), EDIT + "def f(x)").is_allowed(IDS["\\"])
+    cost = c.remaining_cost()
+    c.advance(IDS["\\"])
+    assert TABLE.strings[c.fallback_token()] == "n"
+    assert c.remaining_cost() == cost + 1  # the escape's letter
+    assert c.first_allowed([IDS["x"], IDS["t"]], 100) == IDS["n"]
+    closing = feed(quoting(), EDIT + "    retur")
+    assert closing.first_allowed([IDS["x"], IDS['"']], 100) == IDS['"']
+    assert closing.first_allowed([IDS["x"], IDS["q"]], 100) == IDS['"']  # the shortest way: close
+
+
+def test_a_random_model_writes_only_quoted_old_strings():
+    """A random model copying from a source with slips, from inside an old_string: every call
+    parses, and every old_string written is a piece of a source (many of them long)."""
+    escaped = json.dumps(SOURCE + OTHER)[1:-1]  # copied, escapes and all, from a cursor
+    copied = []
+    for seed in range(100):
+        rng = random.Random(seed)
+        c, out, max_tokens = feed(quoting(), EDIT), [EDIT], rng.randrange(60, 300)
+        cursor = rng.randrange(len(escaped))
+        for step in range(max_tokens):
+            candidates = [rng.choice(STRUCTURAL if rng.random() < 0.5 else range(len(VOCAB)))
+                          for _ in range(rng.choice([1, 3, 10]))]  # fmt: skip
+            if rng.random() < 0.9:
+                candidates.insert(0, IDS[escaped[cursor % len(escaped)]])
+            token = c.first_allowed(candidates, max_tokens - step)
+            cursor += token == candidates[0] or rng.random() < 0.05
+            c.advance(token)
+            if token == EOS:
+                break
+            out.append(TABLE.strings[token] if token != IM_START else "")
+        text = "".join(out)
+        message = parse_tool_calls(text, tools=EDIT_TOOLS)
+        assert message.errors == [] and message.tool_calls, text
+        for call in message.tool_calls:
+            if call.name == "edit_file" and "old_string" in call.arguments:
+                value = call.arguments["old_string"]
+                assert value in SOURCE or value in OTHER, (value, text)
+                copied.append(value)
+    assert sum(len(v) > 10 for v in copied) >= 8, copied
