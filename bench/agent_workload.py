@@ -68,19 +68,21 @@ class AgentWorkload:
     tools: list[dict[str, Any]]
     reads: dict[tuple[str, int], str]
     """(path, offset) -> the read_file tool's output for those READ_LINES lines."""
+    texts: dict[str, str]
+    """path -> the file's text: what the agent loop quotes edit_file's old_string from."""
 
     @classmethod
     def build(cls, root: Path = ROOT) -> AgentWorkload:
         registry = default_tools()
         registry.register(CodebaseSearch())  # sessions add it: the index is on by default
         ctx = ToolContext(Workspace(root))
-        reads = {}
+        reads, texts = {}, {path: ctx.workspace.read_text(path) for path in FILES}
         for path in FILES:
             for offset in OFFSETS:
                 args = {"path": path, "offset": offset, "limit": READ_LINES}
                 result = asyncio.run(registry.call("read_file", args, ctx))
                 reads[(path, offset)] = result.for_model()
-        return cls(_system_prompt(root), _system_prompt(UNSEEN_WORKSPACE), registry.openai_tools(), reads)
+        return cls(_system_prompt(root), _system_prompt(UNSEEN_WORKSPACE), registry.openai_tools(), reads, texts)
 
     def _read(self, turn: int, step: int) -> tuple[str, int]:
         """Turn `turn` reads its own sequence of files: turns of one group diverge at step 1."""
@@ -103,6 +105,12 @@ class AgentWorkload:
             out.append({"role": "tool", "tool_call_id": call_id, "name": "read_file",
                         "content": self.reads[(path, offset)]})
         return out
+
+    def quotes(self, turn: int, step: int) -> dict[str, Any]:
+        """What the agent loop passes an in-process engine at `step`: edit_file's old_string is
+        quoted from the files read so far (agent/loop.py `_quotes`)."""
+        read = dict.fromkeys(self._read(turn, j)[0] for j in range(step))
+        return {"edit_file": {"old_string": [self.texts[path] for path in read]}} if read else {}
 
     def warmup_messages(self) -> list[dict[str, Any]]:
         """An earlier request of the same workspace: the same system prompt and tools."""
