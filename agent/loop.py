@@ -30,11 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent import events as ev
-from agent.exceptions import WorkspaceError
 from agent.policy import Policy, Reply
 from agent.redact import redact_obj
 from agent.tools.base import ToolContext, ToolRegistry, ToolResult, truncate
-from agent.tools.files import READS_KEY
+from agent.tools.files import files_read
 from agent.trajectory import Prompt, TokenStream, common_prefix
 from model.toolcalls import ToolCall
 
@@ -331,18 +330,13 @@ class Agent:
         self._redact_seen()
         return reply, note
 
-    def _quotes(self) -> dict[str, dict[str, list[str]]]:
+    def _quotes(self) -> dict[str, dict[str, dict[str, str]]]:
         """For each tool argument copied from files (ToolSpec.quoted, edit_file's old_string):
-        the texts of the files read or written this session, as they are now (unsaved buffers
-        included). The engine keeps such an argument a piece of one of them, so it matches."""
+        the files read this session by the names a call may give them. The engine keeps such an
+        argument a piece of the file the call's `path` names (of any, if none), so it matches."""
         quoted = {spec.name: spec.quoted for spec in self.tools.specs() if spec.quoted}
-        texts = []
-        for rel in list(self.ctx.state.get(READS_KEY, {})) if quoted else ():
-            with contextlib.suppress(WorkspaceError, OSError):  # deleted, binary, too large
-                texts.append(self.ctx.workspace.read_text(rel))
-        if not texts:
-            return {}
-        return {name: dict.fromkeys(keys, texts) for name, keys in quoted.items()}
+        texts = files_read(self.ctx) if quoted else {}
+        return {name: dict.fromkeys(keys, texts) for name, keys in quoted.items()} if texts else {}
 
     def _prompt(self, tools: list[dict]) -> Prompt | None:
         """The next prompt's ids for a token-native policy (None for a text-only one), with the

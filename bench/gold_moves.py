@@ -170,7 +170,7 @@ def edit_move(policy: EnginePolicy, scene: Scene, max_tokens: int, quoted: bool 
     """The greedy reply to the prompt before the gold edit: whether its edits apply, and fix;
     `quoted`: with old_string kept a piece of the file read, as the agent loop asks it."""
     at = scene.edit_turn
-    quotes = {"edit_file": {"old_string": list(scene.before.values())}} if quoted else None
+    quotes = {"edit_file": {"old_string": dict(scene.before)}} if quoted else None
     reply = asyncio.run(policy.complete(None, scene.tools, max_tokens=max_tokens, prompt_ids=scene.prompts[at],
                                         quotes=quotes))
     edits = [c for c in reply.tool_calls if c.name == "edit_file"]

@@ -33,9 +33,10 @@ text; tokens with empty text count as special too. Special tokens are allowed ou
 only. An added `<tool_call>` token must not be special: its text is what opens a call.
 
 Quoted arguments: `quotes={"edit_file": {"old_string": [text, ...]}}` makes that string argument
-a verbatim piece of one of the texts (model/constrained_quote.py): the agent passes the files it
-has read, so `old_string` always matches. Tools not offered are skipped; a quoted key must be a
-string property of its tool's schema.
+a verbatim piece of one of the texts (model/constrained_quote.py); keyed by path
+(`{"a.py": text, ...}`), a piece of the file the call's `path` argument names when it was written
+first. The agent passes the files it has read, so `old_string` always matches. Tools not offered
+are skipped; a quoted key must be a string property of its tool's schema, other than `path`.
 
 Modes: "auto" (calls optional), "required" (the output starts with `<tool_call>`; after the first
 call, free text and more calls), "none" (no token may complete `<tool_call>`).

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from model import code_quotes
-from model.constrained_quote import ESCAPED, Quote
+from model.constrained_quote import ESCAPED, RECORD_PATH, UNKNOWN_PATH, Quote, QuotedArgument
 from model.constrained_schema import (
     ANY,
     CHAR_TYPE,
@@ -72,7 +72,7 @@ class Grammar:
         max_string_chars: int,
         max_depth: int,
         max_whitespace: int,
-        quotes: Mapping[str, Mapping[str, Iterable[str]]] | None = None,
+        quotes: Mapping[str, Mapping[str, Iterable[str] | Mapping[str, str]]] | None = None,
     ) -> None:
         self.no_calls = no_calls
         self.max_string = max_string_chars
@@ -94,7 +94,6 @@ class Grammar:
                     self.name_next[encoded[:i]] = encoded[i] if i < len(encoded) else '"'
         if specs:  # an empty list opens no calls (no_calls); its skeleton is never used
             self.names = frozenset(self.schemas)
-        self.quotes: dict[tuple[int, int], Quote] = {}  # (id of a tool's ArgSchema, key index)
         for name, keys in (quotes or {}).items():
             self._add_quotes(name, keys)
         self.text_states = tuple((TEXT, k, None) for k in range(len(OPEN_TAG)))
@@ -102,19 +101,20 @@ class Grammar:
         self.call_start: State = (CALL, 0, self._skeleton())
         self.call_cost = self.cost(self.call_start)
 
-    def _add_quotes(self, name: str, keys: Mapping[str, Iterable[str]]) -> None:
+    def _add_quotes(self, name: str, keys: Mapping[str, Iterable[str] | Mapping[str, str]]) -> None:
         """Quoted string arguments of tool `name` (a tool not offered is skipped): each key must
-        be a string property of its schema; a key without sources is not constrained."""
+        be a string property of its schema; a key without sources is not constrained. Sources
+        keyed by path follow the call's `path` argument (model/constrained_quote.py)."""
         schema = self.schemas.get(json.dumps(name, ensure_ascii=False)[1:-1])
         if schema is None:
             return
         for key, texts in keys.items():
             i = schema.index.get(json.dumps(key, ensure_ascii=False)[1:-1])
-            if i is None or schema.types[i] & ~STRING:
+            if i is None or schema.types[i] & ~STRING or i == schema.path_key:
                 raise ValueError(f"tool {name!r} has no string argument {key!r} to quote")
-            sources = tuple(dict.fromkeys(t for t in texts if t))
-            if sources:
-                self.quotes[id(schema), i] = Quote(sources)
+            quoted = QuotedArgument(texts)
+            if quoted.anywhere is not None:
+                schema.quoted[i] = quoted
 
     def _skeleton(self) -> tuple:
         """The stack right after `<tool_call>`; the top is the last one pushed."""
@@ -282,7 +282,7 @@ class Grammar:
             if types == ANY:
                 stack = self.push(stack, _VALUE, 1)
             else:
-                stack = self.push(stack, _TVALUE, self.quotes.get((id(schema), i)), types)
+                stack = self.push(stack, _TVALUE, _value_quote(schema, i), types)
             return self.push(self.push(self.push(stack, _WS), _LIT, ":"), _WS)
         if not schema.open or ch in '"\\' or ch < " " or len(key) > self.max_string:
             return None
@@ -382,7 +382,7 @@ class Grammar:
         if state < _PENDING:
             if ch == '"' and not state:
                 if not code_quotes.may_be_literal(context):
-                    return below
+                    return _closed(quote, below)
                 return (symbol, (length, context, quote), _PENDING, below_cost, below)
             after = self._step_string((symbol, length, state, below_cost, below), ch)
             if after is None:
@@ -403,7 +403,7 @@ class Grammar:
             return (symbol, (length, context, quote), state + 2 + (ch != " " and not control),
                     below_cost, below)
         if ch in code_quotes.VALUE_CLOSERS:
-            closed: tuple | None = below
+            closed: tuple | None = _closed(quote, below)
             for _ in range(spaces):
                 closed = self._step_call(closed, " ")
                 if closed is None:
@@ -477,10 +477,31 @@ class Grammar:
         return (CALL, 0, (symbol, length, 0, below_cost, below))
 
 
+def _value_quote(schema: ArgSchema, i: int) -> Quote | None:
+    """What the value of key `i` starts with: the call's `path` recorded, a quoted argument's
+    sources (the file the call names, when it named one first), or nothing to check."""
+    if i == schema.path_key and schema.quoted:
+        return RECORD_PATH
+    quoted = schema.quoted.get(i)
+    return None if quoted is None else quoted.for_path(schema.path)
+
+
+def _closed(quote: Quote | None, below: tuple) -> tuple:
+    """The stack after a value closes: what was under it, its schema told the path when the
+    value was the call's `path` (whitespace over the arguments' next-key node)."""
+    if quote is None or quote.sources is not None:
+        return below
+    ws_symbol, x, y, ws_cost, args = below
+    args = (args[0], args[1].with_path(quote.value), args[2], args[3], args[4])
+    return (ws_symbol, x, y, ws_cost, args)
+
+
 def _quote_step(quote: Quote, escape: int, ch: str) -> Quote | None:
-    """`quote` after `ch` of a string value in escape state `escape` (0 none, 1 after `\\`):
-    a plain character extends it; a backslash needs an escape that continues the match; `\\u`
-    is refused (model/constrained_quote.py)."""
+    """`quote` after `ch` of a string value in escape state `escape` (0 none, 1 after `\\`,
+    2-5 in `\\uXXXX`): a plain character extends it; a backslash needs an escape that continues
+    the match; `\\u` is refused, or makes a recorded path unknown (model/constrained_quote.py)."""
+    if quote.sources is None and (escape > 1 or (escape == 1 and ch == "u")):
+        return Quote(None, UNKNOWN_PATH)
     if escape == 0:
         if ch != "\\":
             return quote.add(ch)

@@ -13,6 +13,7 @@ missing required key costs `"key":` plus the shortest value of its type ("" 0 fa
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -90,6 +91,15 @@ class ArgSchema:
         self.entry = [len(key) + 3 + TYPE_COST[t] for key, t in zip(keys, types, strict=True)]
         self._missing: dict[tuple[int, bool], int] = {}
         self._key: dict[tuple[str, int], tuple[int, str] | None] = {}
+        self.quoted: dict[int, Any] = {}  # key index -> its QuotedArgument (constrained_quote.py)
+        self.path_key = self.index.get("path")  # the argument that names the file quoted from
+        self.path: str | None = None  # its value, once written (a view: `with_path`)
+
+    def with_path(self, path: str) -> ArgSchema:
+        """This schema for a call whose `path` argument reads `path`; everything else shared."""
+        view = copy.copy(self)
+        view.path = path
+        return view
 
     @classmethod
     def from_parameters(cls, parameters: Mapping[str, Any]) -> ArgSchema | None:

@@ -83,6 +83,20 @@ def line_of(text: str, index: int) -> int:
     return text.count("\n", 0, index) + 1
 
 
+def files_read(ctx: ToolContext) -> dict[str, str]:
+    """The files read or written this session, as they are now (unsaved buffers included), by
+    each name a call may give them: `a.py`, `./a.py` and absolute. Deleted, binary and too
+    large files are left out."""
+    texts: dict[str, str] = {}
+    for rel in list(ctx.state.get(READS_KEY, {})):
+        try:
+            text = ctx.workspace.read_text(rel)
+        except (WorkspaceError, OSError):
+            continue
+        texts.update(dict.fromkeys((rel, f"./{rel}", str(ctx.workspace.root / rel)), text))
+    return texts
+
+
 def _remember(ctx: ToolContext, rel: str, text: str) -> None:
     ctx.state.setdefault(READS_KEY, {})[rel] = fingerprint(text)
 

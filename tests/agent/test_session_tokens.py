@@ -245,5 +245,9 @@ async def test_edit_file_old_string_is_quoted_from_the_files_read_as_they_are_no
     ])  # fmt: skip
     session = await Session.create(config(root, max_steps=8), policy=EnginePolicy(engine))
     await session.prompt("change x")
-    quoted = [q["edit_file"]["old_string"] if q else [] for q in engine.quotes]
-    assert quoted == [[], ["x = 1\n"], ["x = 1\n", "y = 2\n"], ["x = 3\n", "y = 2\n"], ["x = 3\n"]]
+    quoted = [q["edit_file"]["old_string"] if q else {} for q in engine.quotes]
+    assert [{path: text for path, text in q.items() if "/" not in path} for q in quoted] == [
+        {}, {"a.py": "x = 1\n"}, {"a.py": "x = 1\n", "b.py": "y = 2\n"},
+        {"a.py": "x = 3\n", "b.py": "y = 2\n"}, {"a.py": "x = 3\n"},
+    ]  # fmt: skip
+    assert quoted[1]["./a.py"] == quoted[1][str(root.resolve() / "a.py")] == "x = 1\n"  # as a call may name it

@@ -857,3 +857,33 @@ def test_a_random_model_writes_only_quoted_old_strings():
                 assert value in SOURCE or value in OTHER, (value, text)
                 copied.append(value)
     assert sum(len(v) > 10 for v in copied) >= 8, copied
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "ok"),
+    [
+        ("a.py", "def f", True),
+        ("a.py", "y = [1", False),  # in the other file: edit_file would not find it here
+        ("sub/b.py", "y = [1", True),
+        ("sub\\/b.py", "y = [1", True),  # the path as decoded
+        ("sub/b.py", "def f", False),
+        ("c.py", "y = [1", True),  # a file not read: any source
+        ("\\u0061.py", "y = [1", True),  # a path written with \u: not matched, any source
+    ],
+)
+def test_sources_keyed_by_path_follow_the_calls_path(path, value, ok):
+    files = {"a.py": SOURCE, "sub/b.py": OTHER}
+    c = make(tools=EDIT_TOOLS, quotes={"edit_file": {"old_string": files}})
+    text = f'<tool_call>{{"name": "edit_file", "arguments": {{"path": "{path}", "old_string": "{value}'
+    ok_so_far = True
+    for token in tokenize(text):
+        if not c.is_allowed(token):
+            ok_so_far = False
+            break
+        c.advance(token)
+    assert ok_so_far == ok, (path, value)
+    # written before the path, the value may come from any file
+    either = make(tools=EDIT_TOOLS, quotes={"edit_file": {"old_string": files}})
+    assert feed(either, '<tool_call>{"name": "edit_file", "arguments": {"old_string": "' + value).in_call
+    with pytest.raises(ValueError, match="no string argument"):
+        make(tools=EDIT_TOOLS, quotes={"edit_file": {"path": files}})
