@@ -887,3 +887,26 @@ def test_sources_keyed_by_path_follow_the_calls_path(path, value, ok):
     assert feed(either, '<tool_call>{"name": "edit_file", "arguments": {"old_string": "' + value).in_call
     with pytest.raises(ValueError, match="no string argument"):
         make(tools=EDIT_TOOLS, quotes={"edit_file": {"path": files}})
+
+
+def test_quoting_with_the_real_vocabulary_follows_the_path(real_tokenizer):
+    """With SmolLM2's tokens (the path closed by `",`, the value opened by ` "`), the path is
+    recorded and another file's line is refused token by token."""
+    tok = real_tokenizer
+    table = TokenTable(tok.token_strings(), [tok.eos_token_id], tok.special_token_ids)
+    files = {"pkg/a.py": SOURCE, "pkg/b.py": OTHER}
+    head = '<tool_call>\n{"name": "edit_file", "arguments": {"path": "pkg/b.py", "old_string": "'
+
+    def written(value: str) -> str:
+        c = ToolCallConstraint(table, tools=EDIT_TOOLS, quotes={"edit_file": {"old_string": files}})
+        out = ""
+        for token in tok.encode(head + value):
+            if not c.is_allowed(token):
+                return out
+            c.advance(token)
+            out += table.strings[token]
+        return out
+
+    assert written("y = [1, 2]") == head + "y = [1, 2]"
+    refused = written("    return f")
+    assert refused.startswith(head) and len(refused) < len(head + "    return f")
