@@ -109,7 +109,7 @@ class AgentWorkload:
     def quotes(self, turn: int, step: int) -> dict[str, Any]:
         """What the agent loop passes an in-process engine at `step`: edit_file's old_string is
         quoted from the files read so far (agent/loop.py `_quotes`)."""
-        read = {self._read(turn, j)[0]: self.texts[self._read(turn, j)[0]] for j in range(step)}
+        read = {path: self.texts[path] for path, _ in (self._read(turn, j) for j in range(step))}
         return {"edit_file": {"old_string": read}} if read else {}
 
     def warmup_messages(self) -> list[dict[str, Any]]:

@@ -90,7 +90,7 @@ class ToolCallConstraint:
         max_string_chars: int = 4096,
         max_depth: int = 32,
         max_whitespace: int = 64,
-        quotes: Mapping[str, Mapping[str, Iterable[str]]] | None = None,
+        quotes: Mapping[str, Mapping[str, Iterable[str] | Mapping[str, str]]] | None = None,
     ) -> None:
         if mode not in ("auto", "required", "none"):
             raise ValueError(f"mode must be 'auto', 'required' or 'none', got {mode!r}")

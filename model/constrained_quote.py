@@ -74,7 +74,7 @@ class QuotedArgument:
 
     def __init__(self, texts: Iterable[str] | Mapping[str, str]) -> None:
         by_path = dict(texts) if isinstance(texts, Mapping) else {}
-        sources = tuple(dict.fromkeys(t for t in (by_path.values() if by_path else texts) if t))
+        sources = tuple(dict.fromkeys(t for t in (by_path.values() if isinstance(texts, Mapping) else texts) if t))
         self.anywhere = Quote(sources) if sources else None
         self.by_path = {path: Quote((text,)) for path, text in by_path.items() if text}
 
