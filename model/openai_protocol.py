@@ -11,7 +11,8 @@ Besides the OpenAI fields, a request may carry vendor fields: `return_token_ids`
 response gets `prompt_token_ids` and `choices[i].token_ids`), `return_routed_experts` (the
 response gets `choices[i].routed_experts`, nested lists (positions, layers, k)),
 `constrained_tool_calls` (default true when tools are in use: decode tool calls under
-model/constrained.py's ToolCallConstraint), `speculative` (prompt-lookup decoding on or off), and
+model/constrained.py's ToolCallConstraint), `quotes` (the files a tool argument is copied from,
+model/quotes_protocol.py), `speculative` (prompt-lookup decoding on or off), and
 vLLM's sampling extensions `ignore_eos`, `min_tokens`, `top_k` (-1 or 0: off) and
 `repetition_penalty`. `usage.prompt_tokens_details.cached_tokens` counts the prompt tokens the
 engine's prefix cache served.
@@ -31,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from model import quotes_protocol
 from model.sampling import MAX_TOP_LOGPROBS, SamplingParams
 from model.toolcalls import (
     CLOSE_TAG,
@@ -56,7 +58,7 @@ _KNOWN_FIELDS = frozenset({
     "model", "messages", "tools", "tool_choice", "max_tokens", "max_completion_tokens",
     "temperature", "top_p", "seed", "stop", "n", "stream", "stream_options", "logprobs",
     "top_logprobs", "parallel_tool_calls", "return_token_ids", "return_routed_experts",
-    "constrained_tool_calls", "speculative", "ignore_eos", "min_tokens", "top_k", "repetition_penalty",
+    "constrained_tool_calls", "quotes", "speculative", "ignore_eos", "min_tokens", "top_k", "repetition_penalty",
     *_NO_OP_FIELDS,
 })
 
@@ -105,6 +107,8 @@ class GenerationRequest:
     return_token_ids: bool = False
     return_routed_experts: bool = False
     constrained_tool_calls: bool = False
+    quotes: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
+    """tool -> argument -> path -> text: arguments the constraint keeps verbatim pieces of files."""
     speculative: bool | None = None
     ignore_eos: bool = False
     min_tokens: int = 0
@@ -361,6 +365,15 @@ def parse_chat_request(body: Any) -> ChatRequest:
     )
 
 
+def _quotes(value: Any) -> dict[str, dict[str, dict[str, str]]]:
+    if value is None:
+        return {}
+    try:
+        return quotes_protocol.decode(value)
+    except ValueError as err:
+        raise ProtocolError(f"Invalid 'quotes': {err}.", "quotes") from None
+
+
 def generation_fields(body: dict[str, Any]) -> dict[str, Any]:
     """The fields chat and text completions share: tools (and the constraint on their calls),
     sampling, streaming, and the vendor fields asking for token ids and routed experts."""
@@ -387,6 +400,7 @@ def generation_fields(body: dict[str, Any]) -> dict[str, Any]:
         "return_token_ids": bool(_bool(body, "return_token_ids", False)),
         "return_routed_experts": bool(_bool(body, "return_routed_experts", False)),
         "constrained_tool_calls": bool(_bool(body, "constrained_tool_calls", bool(tools))) and bool(tools),
+        "quotes": _quotes(body.get("quotes")),
         "speculative": speculative, "ignore_eos": bool(_bool(body, "ignore_eos", False)),
         "min_tokens": _int(body, "min_tokens", 0, 2**31 - 1) or 0,
         "top_k": max(0, _int(body, "top_k", -1, 2**31 - 1) or 0),  # vLLM's -1 and 0 both mean off

@@ -216,7 +216,7 @@ def _constraint(state: ServerState, chat: ChatRequest) -> ToolCallConstraint | N
         tools = [t for t in tools if t["function"]["name"] == chat.tool_name]
     mode = chat.tool_choice if chat.tool_choice in ("none", "required") else "auto"
     try:
-        return state.engine.tool_call_constraint(tools, mode)
+        return state.engine.tool_call_constraint(tools, mode, chat.quotes)
     except ValueError as err:
         raise ProtocolError(
             f"Invalid 'tools' for constrained tool calls: {err} (or set 'constrained_tool_calls' to false).",

@@ -15,6 +15,7 @@ from aiohttp import web
 from agent.policy import EndpointPolicy, EnginePolicy
 from model.config import ModelConfig
 from model.engine import Engine
+from model.quotes_protocol import encode
 from model.sampling import SamplingParams
 from model.serve import create_app
 from model.toolcalls import parse_tool_calls
@@ -26,6 +27,14 @@ READ_FILE = {
     "function": {"name": "read_file", "description": "Read a file",
                  "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}},
 }
+EDIT_FILE = {
+    "type": "function",
+    "function": {"name": "edit_file", "description": "Replace old_string with new_string in a file",
+                 "parameters": {"type": "object", "required": ["path", "old_string", "new_string"], "properties": {
+                     "path": {"type": "string"}, "old_string": {"type": "string"}, "new_string": {"type": "string"}}}},
+}
+SOURCE = "def median(xs):\n    xs = sorted(xs)\n    return xs[len(xs) // 2]\n"
+QUOTES = {"edit_file": {"old_string": {"stats.py": SOURCE, "./stats.py": SOURCE}}}
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say something about ü."}]
 
 
@@ -97,11 +106,35 @@ async def test_tools_constrain_the_completion(oai):
     ({"prompt": [1, 10**7]}, "prompt"), ({"prompt": []}, "prompt"), ({"prompt": [[1], [2]]}, "prompt"),
     ({"prompt": [1], "echo": True}, "echo"), ({"prompt": [1], "n": 2}, "n"), ({"prompt": [1], "logprobs": 99}, "logprobs"),
     ({"prompt": [1], "messages": []}, "messages"), ({"prompt": [1], "tool_choice": "required"}, "tool_choice"),
+    ({"prompt": [1], "quotes": [SOURCE]}, "quotes"), ({"prompt": [1], "quotes": {"files": [{"text": SOURCE}]}}, "quotes"),
+    ({"prompt": [1], "tools": [EDIT_FILE], "quotes": encode({"edit_file": {"path": {"a.py": SOURCE}}})}, "tools"),
 ])
 async def test_invalid_requests_are_400s_naming_the_field(url, body, param):
     async with aiohttp.ClientSession() as session, session.post(
             url + "/v1/completions", data=json.dumps({"model": NAME, **body})) as resp:
         assert resp.status == 400 and (await resp.json())["error"]["param"] == param
+
+
+async def test_endpoint_policy_sends_the_files_read_and_the_server_quotes_from_them(url, engine, real_tokenizer,
+                                                                                   monkeypatch):
+    """EndpointPolicy encodes the loop's quotes (model/quotes_protocol.py) and model.serve builds
+    the engine's constraint from them, as EnginePolicy does in process."""
+    asked, build = [], engine.tool_call_constraint
+
+    def spy(tools, mode="auto", quotes=None):
+        asked.append(quotes)
+        return build(tools, mode, quotes)
+
+    monkeypatch.setattr(engine, "tool_call_constraint", spy)
+    ids = real_tokenizer.encode_chat(MESSAGES, tools=[EDIT_FILE])
+    remote = EndpointPolicy(url + "/v1", model=NAME, tokenizer=real_tokenizer)
+    try:
+        assert remote.takes_quotes
+        reply = await remote.complete(MESSAGES, [EDIT_FILE], max_tokens=24, prompt_ids=ids, quotes=QUOTES)
+    finally:
+        await remote.aclose()
+    direct = await EnginePolicy(engine).complete(MESSAGES, [EDIT_FILE], max_tokens=24, prompt_ids=ids, quotes=QUOTES)
+    assert asked == [QUOTES, QUOTES] and reply.completion_token_ids == direct.completion_token_ids
 
 
 async def test_endpoint_policy_goes_token_in_and_matches_the_engine_policy(url, engine, real_tokenizer):
@@ -143,4 +176,4 @@ async def test_a_server_without_token_in_gets_text_and_the_reply_says_so(real_to
         await policy.aclose()
         await runner.cleanup()
     assert first.text_only and second.text_only and first.content == "hi"
-    assert policy.token_in is False and not policy.token_native
+    assert policy.token_in is False and not policy.token_native and not policy.takes_quotes
