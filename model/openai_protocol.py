@@ -107,8 +107,8 @@ class GenerationRequest:
     return_token_ids: bool = False
     return_routed_experts: bool = False
     constrained_tool_calls: bool = False
-    quotes: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
-    """tool -> argument -> path -> text: arguments the constraint keeps verbatim pieces of files."""
+    quotes: quotes_protocol.Quotes = field(default_factory=dict)
+    """Arguments the constraint keeps verbatim pieces of files (model/quotes_protocol.py)."""
     speculative: bool | None = None
     ignore_eos: bool = False
     min_tokens: int = 0
@@ -365,7 +365,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
     )
 
 
-def _quotes(value: Any) -> dict[str, dict[str, dict[str, str]]]:
+def _quotes(value: Any) -> quotes_protocol.Quotes:
     if value is None:
         return {}
     try:

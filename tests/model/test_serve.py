@@ -84,7 +84,7 @@ class ScriptedEngine:
         self.cancelled = threading.Event()
         """Set when a request was cancelled before its end."""
 
-    def tool_call_constraint(self, tools, mode="auto"):
+    def tool_call_constraint(self, tools, mode="auto", quotes=None):
         return None  # the script's text is fixed: nothing to constrain
 
     def submit(self, prompt_ids, params, on_event, on_done):
