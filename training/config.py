@@ -112,6 +112,9 @@ class RolloutConfig:
     """vLLM OpenAI-compatible servers for backend=vllm."""
     replay_logs: tuple[str, ...] = ()
     """Datasets built by `python -m training.data build` mixed into the buffer (logged sessions)."""
+    guided: float = 0.0
+    """Share of jobs whose attempts start at the task's edit: the gold script plays the turns
+    before it (grep, read) as untrained context, the model the rest (training/guided.py)."""
 
 
 @dataclass(**FROZEN)

@@ -1,6 +1,7 @@
 """Rollouts in the agent's own harness: a task set (the bug-fix family's train split by default)
 run by the editor's agent loop in sandboxed environments, graded with hidden tests, scored, and
-read back from the session logs token for token.
+read back from the session logs token for token. With `rollout.guided`, that share of the jobs
+start at the task's edit: the gold script plays the turns before it (training/guided.py).
 
     source = HarnessSource(config, tokenizer, model_config, run_dir)   # logs in run_dir/sessions
     await source.sync(sync_tensors(trainer.model), version)    # training/weights.py
@@ -45,6 +46,7 @@ from model.transformer import Transformer
 from training.buffer import Group, Sample
 from training.config import RLConfig
 from training.data import SUITES, heldout_tasks
+from training.guided import GuidedPolicy, guided_job, lead_turns
 from training.rewards import efficiency, score
 from training.run import RunConfig, TaskRun, run_task
 from training.tasks import Task, load_tasks
@@ -126,6 +128,8 @@ class HarnessSource:
     def __init__(self, config: RLConfig, tokenizer, model_config: ModelConfig, run_dir: Path) -> None:
         """Session logs go to `run_dir`/sessions, environments' state and bases to `run_dir`/envs."""
         r = config.rollout
+        if not 0.0 <= r.guided <= 1.0:
+            raise ValueError(f"rollout.guided is a share of the jobs, from 0 to 1, not {r.guided}")
         self.config, self.log_dir = config, Path(run_dir) / "sessions"
         self.tasks = ordered_tasks(r.tasks, config.train.seed)
         self.tokenizer, self.model_config = tokenizer, model_config
@@ -152,9 +156,16 @@ class HarnessSource:
             for i in range(r.group_size)
         ]
         async with self.run_config.scheduler(r.group_size) as scheduler:
-            runs = await asyncio.gather(*(run_task(task, self.policy, config=c, scheduler=scheduler) for c in configs))
+            runs = await asyncio.gather(*(run_task(task, self.attempt_policy(job), config=c, scheduler=scheduler)
+                                          for c in configs))
         samples = [s for run in runs for s in await asyncio.to_thread(samples_of, run, version, r.temperature)]
         return Group(job, version, samples)
+
+    def attempt_policy(self, job: int):
+        """The policy of one attempt of job `job`: the engine's, led by the gold script up to the
+        edit when the job is guided and the task has a script (training/guided.py)."""
+        lead = lead_turns(self.task_of(job), self.tokenizer) if guided_job(job, self.config.rollout.guided) else None
+        return self.policy if lead is None else GuidedPolicy(self.policy, lead)
 
     async def sync(self, weights: dict[str, torch.Tensor], version: int) -> None:
         """training.weights.sync_tensors' tensors. An int4 engine built with the LoRA's residuals

@@ -33,17 +33,23 @@ def test_held_out_task_sets_are_refused(tmp_path):
     assert [t.instance_id for t in train_tasks(str(tasks_file(tmp_path)))] == ["dir-1"]
 
 
-async def test_attempts_become_samples_of_their_logged_tokens_with_their_reward(real_tokenizer, tmp_path):
-    config = replace_in(smoke(), rollout={"tasks": str(tasks_file(tmp_path)), "group_size": 2, "max_turns": 1,
-                                          "max_tokens": 12, "engine_quantize": "none"})
-    model_config = ModelConfig.debug(vocab_size=real_tokenizer.vocab_size, max_position_embeddings=8192)
-    source = HarnessSource(config, real_tokenizer, model_config, tmp_path / "run")
+async def rollout_group(tokenizer, tmp_path, **rollout):
+    """Job 0's group of 2 attempts on the one task of `tasks_file`, by a random debug model at
+    weight version 3; the sessions' logs, sorted."""
+    config = replace_in(smoke(), rollout={"tasks": str(tasks_file(tmp_path)), "group_size": 2, "max_tokens": 12,
+                                          "engine_quantize": "none", **rollout})
+    model_config = ModelConfig.debug(vocab_size=tokenizer.vocab_size, max_position_embeddings=8192)
+    source = HarnessSource(config, tokenizer, model_config, tmp_path / "run")
     try:
         await source.sync(hf_state_dict(Transformer(model_config).init_weights(seed=5)), version=3)
         group = await source.run(job=0, version=3)
     finally:
         source.close()
-    logs = sorted((tmp_path / "run" / "sessions").rglob("*.jsonl"))
+    return group, sorted((tmp_path / "run" / "sessions").rglob("*.jsonl"))
+
+
+async def test_attempts_become_samples_of_their_logged_tokens_with_their_reward(real_tokenizer, tmp_path):
+    group, logs = await rollout_group(real_tokenizer, tmp_path, max_turns=1)
     assert len(logs) == 2 and len(group.samples) == 2
     by_tokens = {tuple(s.tokens): s for s in group.samples}
     for log in logs:
@@ -92,3 +98,24 @@ async def test_an_int4_rollout_engine_keeps_the_lora_beside_its_int4_weights_acr
             await source.sync(hf_state_dict(trained), version=2)
     finally:
         source.close()
+
+
+async def test_a_guided_attempt_trains_only_what_the_model_wrote_after_the_gold_lead(real_tokenizer, tmp_path):
+    """training/guided.py: the gold script's grep and read come first, as context only."""
+    group, logs = await rollout_group(real_tokenizer, tmp_path, max_turns=3, guided=1.0)
+    assert len(logs) == 2 and len(group.samples) == 2
+    for log in logs:
+        records = read_session(log)
+        assert [r["name"] for r in records if r["type"] == "tool_call"][:2] == ["grep", "read_file"]
+        assert [r["weight_version"] for r in records if r["type"] == "model_call"] == [-1, -1, 3]
+        [segment], _ = session_segments(records)
+        [sample] = [s for s in group.samples if s.tokens == segment.token_ids]
+        model_call = segment.calls[-1]
+        trained = [i for i, m in enumerate(sample.mask) if m]
+        assert trained and min(trained) >= model_call["completion_start"] and max(trained) < model_call["end"]
+
+
+def test_a_guided_share_outside_0_to_1_is_refused(real_tokenizer, tmp_path):
+    config = replace_in(smoke(), rollout={"tasks": str(tasks_file(tmp_path)), "guided": 1.5})
+    with pytest.raises(ValueError, match=r"rollout\.guided is a share"):
+        HarnessSource(config, real_tokenizer, ModelConfig.debug(), tmp_path / "run")
