@@ -126,7 +126,7 @@ EXPECTED_FLAGS = [
     "loss.eps-low", "loss.eps-high", "loss.tis-cap", "loss.kl-coef", "loss.sft-coef", "loss.sft-min-reward",
     "rollout.tasks", "rollout.group-size", "rollout.tasks-per-step", "rollout.temperature", "rollout.top-p",
     "rollout.max-turns", "rollout.max-tokens", "rollout.attempt-timeout-s", "rollout.workers", "rollout.backend",
-    "rollout.engine-quantize", "rollout.vllm-urls", "rollout.replay-logs",
+    "rollout.engine-quantize", "rollout.vllm-urls", "rollout.replay-logs", "rollout.guided",
     "buffer.max-offpolicy-steps", "buffer.max-policy-age", "buffer.drop-zero-advantage",
     "buffer.no-drop-zero-advantage",
     "train.steps", "train.seed", "train.micro-batch-tokens", "train.warm-start-steps", "train.warm-start-batch",
