@@ -15,7 +15,7 @@ trajectory's loss mask is 0 on them (training/trajectories.py), and the importan
 only what the model sampled. The reward is the whole attempt's (training/rewards.py), the
 scripted turns the same in every attempt of the group. The benchmark never guides.
 
-    policy = GuidedPolicy(engine_policy, lead_turns(task, tokenizer))
+    policy = GuidedPolicy(engine_policy, lead_turns(task))     # one per attempt
     guided_job(job, share)       # whether job k's group is guided: share 0.25 guides one in four
 """
 
@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from training.demos import ScriptPolicy, gold_turns
+from training.demos import ScriptPolicy, Turn, gold_turns
 from training.tasks import Task
 
 
-def lead_turns(task: Task, tokenizer) -> ScriptPolicy | None:
-    """The gold script's turns before its first edit, as a ScriptPolicy; None when the task has no
+def lead_turns(task: Task) -> list[Turn] | None:
+    """The gold script's turns before its first edit; None when there are none or the task has no
     script the policy could follow (training/demos.py `gold_turns` refuses it)."""
     try:
         turns = gold_turns(task)
@@ -39,7 +39,7 @@ def lead_turns(task: Task, tokenizer) -> ScriptPolicy | None:
         if any(call.name == "edit_file" for call in calls):
             break
         lead.append((content, calls))
-    return ScriptPolicy(tokenizer, lead, model_id="gold-lead") if lead else None
+    return lead or None
 
 
 def guided_job(job: int, share: float) -> bool:
@@ -48,13 +48,14 @@ def guided_job(job: int, share: float) -> bool:
 
 
 class GuidedPolicy:
-    """A token-native policy whose first replies are `lead`'s, then `policy`'s (one attempt's:
-    the lead is consumed)."""
+    """A token-native policy whose first replies are the `lead` turns (scripted), then `policy`'s;
+    one per attempt (it plays the lead once)."""
 
     token_native = True
 
-    def __init__(self, policy, lead: ScriptPolicy) -> None:
-        self.policy, self.lead = policy, lead
+    def __init__(self, policy, lead: Sequence[Turn]) -> None:
+        self.policy = policy
+        self.lead = ScriptPolicy(policy.tokenizer, lead, model_id="gold-lead")
         self.model_id, self.context_window = policy.model_id, policy.context_window
         self.tokenizer = policy.tokenizer
 

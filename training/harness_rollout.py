@@ -155,17 +155,13 @@ class HarnessSource:
                 self.run_config.session["loop"], seed=attempt_seed(self.config.train.seed, job, i))})
             for i in range(r.group_size)
         ]
+        lead = lead_turns(task) if guided_job(job, r.guided) else None
         async with self.run_config.scheduler(r.group_size) as scheduler:
-            runs = await asyncio.gather(*(run_task(task, self.attempt_policy(job), config=c, scheduler=scheduler)
-                                          for c in configs))
+            runs = await asyncio.gather(*(
+                run_task(task, self.policy if lead is None else GuidedPolicy(self.policy, lead), config=c,
+                         scheduler=scheduler) for c in configs))
         samples = [s for run in runs for s in await asyncio.to_thread(samples_of, run, version, r.temperature)]
         return Group(job, version, samples)
-
-    def attempt_policy(self, job: int):
-        """The policy of one attempt of job `job`: the engine's, led by the gold script up to the
-        edit when the job is guided and the task has a script (training/guided.py)."""
-        lead = lead_turns(self.task_of(job), self.tokenizer) if guided_job(job, self.config.rollout.guided) else None
-        return self.policy if lead is None else GuidedPolicy(self.policy, lead)
 
     async def sync(self, weights: dict[str, torch.Tensor], version: int) -> None:
         """training.weights.sync_tensors' tensors. An int4 engine built with the LoRA's residuals
