@@ -392,6 +392,20 @@ class Tokenizer:
         before = self.render_chat(_PROBE_TURNS, tools, add_generation_prompt=False)
         return before, before[before.rindex(_PROBE) + len(_PROBE):]
 
+    def user_turn_opening(self) -> list[int]:
+        """The ids that open a user message after a system message, the system turn's closing
+        and the whitespace at the ends left out (ChatML: `<|im_start|>user`): in a rendered
+        conversation, where the instructions end and the conversation begins."""
+        system, user = _PROBE + "system", _PROBE + "user"
+        text = self.render_chat([{"role": "system", "content": system}, {"role": "user", "content": user}],
+                                add_generation_prompt=False)
+        between = text[text.index(system) + len(system):text.index(user)]
+        closing = self._probe(json.dumps(None))[1]
+        opening = between.removeprefix(closing).strip()
+        if not opening:
+            raise ValueError("the chat template puts nothing between a system and a user message")
+        return self.encode(opening)
+
     def encode_chat(
         self,
         messages: Sequence[Mapping[str, Any]],

@@ -129,7 +129,9 @@ class Transformer(nn.Module):
         gradient) written in. The logits equal the full forward's; the gradient leaves out the
         paths through the other positions' activations. Training's use: the prompt and tool
         outputs are most of an agent sample's positions, and only the policy's own tokens carry
-        loss (training/config.py `context_gradient`)."""
+        loss (training/config.py `context_gradient`). With `grad_at`, `logits_at` (B, P) indexes
+        `grad_at`'s positions: the head runs at those alone (training/config.py
+        `instructions_gradient`: gradient on the whole conversation, logits at its loss positions)."""
         B, S = input_ids_BS.shape
         if positions_BS is None:
             positions_BS = torch.arange(S, device=input_ids_BS.device).expand(B, S)
@@ -139,10 +141,10 @@ class Transformer(nn.Module):
         if given_experts_BSLk is not None:
             self._check_given_experts(given_experts_BSLk, B, S)
         if grad_at is not None:
-            if return_routing or return_router_logits or logits_at is not None:
-                raise ValueError("a detached-context forward returns logits at `grad_at` only")
+            if return_routing or return_router_logits:
+                raise ValueError("a detached-context forward returns logits at `grad_at`'s positions only")
             return self._forward_detached(input_ids_BS, positions_BS, grad_at, given_experts_BSLk,
-                                          gradient_checkpointing, packed)
+                                          gradient_checkpointing, packed, logits_at)
         x_BSD = self.embed(input_ids_BS)
         rope = self.rotary(positions_BS, x_BSD.dtype)
         routing, router_logits = [], []
@@ -161,7 +163,8 @@ class Transformer(nn.Module):
         )
 
     def _forward_detached(self, input_ids_BS, positions_BS, grad: GradPositions, given_BSLk,
-                          gradient_checkpointing: bool, packed: PackedRows | None) -> ForwardOutput:
+                          gradient_checkpointing: bool, packed: PackedRows | None,
+                          logits_at: torch.Tensor | None = None) -> ForwardOutput:
         contexts = [ContextKeys() for _ in self.layers]
         with torch.no_grad():
             x_BSD = self.embed(input_ids_BS)
@@ -179,6 +182,8 @@ class Transformer(nn.Module):
         for i, layer in enumerate(self.layers):
             given = None if given_BGLk is None else given_BGLk[:, :, i]
             x_BGD = run_block(layer, gradient_checkpointing, x_BGD, rope, given, None, contexts[i], grad)[0]
+        if logits_at is not None:
+            x_BGD = torch.gather(x_BGD, 1, logits_at.unsqueeze(-1).expand(-1, -1, x_BGD.shape[-1]))
         return ForwardOutput(self.lm_head(self.norm(x_BGD)))
 
     def _check_given_experts(self, given_BSLk: torch.Tensor, B: int, S: int) -> None:

@@ -78,6 +78,34 @@ class MicroBatch:
     def num_tokens(self) -> int:
         return int((self.segments_BS >= 0).sum())
 
+    def conversation_positions(self, opening: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Each row's positions from its first `opening` (the chat template's user turn opening:
+        where the instructions end) to its end, as (at_BG, valid_BG), and where each loss
+        position falls among them (index_BP). A row starts no later than its first loss position;
+        one without the opening starts at 0."""
+        lengths = (self.segments_BS >= 0).sum(1).tolist()  # a row's padding is at its end
+        starts = []
+        for b, ids in enumerate(self.input_ids_BS.tolist()):
+            start = first_occurrence(ids[:lengths[b]], opening)
+            if bool(self.valid_BP[b].any()):
+                start = min(start, int(self.positions_BP[b][self.valid_BP[b]].min()))
+            starts.append(start)
+        start_B1 = torch.tensor(starts).unsqueeze(1)
+        G = max(n - s for n, s in zip(lengths, starts))
+        at_BG = start_B1 + torch.arange(G)
+        valid_BG = at_BG < torch.tensor(lengths).unsqueeze(1)
+        index_BP = torch.where(self.valid_BP, self.positions_BP - start_B1, 0)
+        return torch.where(valid_BG, at_BG, 0), valid_BG, index_BP
+
+
+def first_occurrence(ids: list[int], pattern: list[int]) -> int:
+    """The first position of `pattern` in `ids`, 0 when it is not there."""
+    n = len(pattern)
+    for i, token in enumerate(ids):
+        if token == pattern[0] and ids[i:i + n] == pattern:
+            return i
+    return 0
+
 
 def prepare(groups: list[Group], loss: LossConfig, buffer: BufferConfig, version: int) -> PreparedBatch:
     """Advantages per group (training/loss.py choice 1); off-policy samples (and on-policy ones

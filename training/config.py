@@ -45,6 +45,15 @@ class TrainModelConfig:
     unchanged; the gradient leaves out how the weights change the context's representations
     (bench/trainer.py measures its cosine to the exact gradient). It costs about one forward
     per token instead of a forward, a recomputation and a backward."""
+    instructions_gradient: bool = True
+    """False: the instructions, every token before a sample's first user message (the tool
+    schemas and the system prompt, ~3.3k of a harness sample's ~4.5k positions, the same in every
+    sample), are a constant context as the detached one's are; the conversation after them (the
+    request, tool outputs, the policy's own tokens) carries the gradient. What that keeps of the
+    exact gradient is the path through the task's own context: how the weights change the
+    representation of the code the policy read, which a detached context leaves out. Needs a
+    chat template (the user turn's opening marks where the instructions end); a sample without
+    one carries the gradient everywhere. Ignored with `--model.no-context-gradient`."""
 
 
 @dataclass(**FROZEN)

@@ -92,7 +92,8 @@ def setup(config: RLConfig) -> Run:
         if latest is not None:
             checkpoints.load_weights(latest, model)
         shard_model(model)
-    trainer = Trainer(config, model, group)
+    opening = None if config.model.instructions_gradient else tokenizer.user_turn_opening()
+    trainer = Trainer(config, model, group, user_turn_opening=opening)
     extra: dict = {}
     if latest is not None:
         if group is None:

@@ -71,7 +71,14 @@ def load_policy(config: TrainModelConfig, seed: int = 0, vocab_size: int | None 
 
 
 class Trainer:
-    def __init__(self, config: RLConfig, model: Transformer, group: dist.ProcessGroup | None = None) -> None:
+    def __init__(self, config: RLConfig, model: Transformer, group: dist.ProcessGroup | None = None,
+                 user_turn_opening: list[int] | None = None) -> None:
+        """`user_turn_opening`: the tokenizer's ids for it (model/tokenizer.py), which mark where a
+        sample's instructions end under `--model.no-instructions-gradient`."""
+        if not config.model.instructions_gradient and config.model.context_gradient and not user_turn_opening:
+            raise ValueError("--model.no-instructions-gradient needs the chat template's user turn opening "
+                             "(a tokenizer with a chat template)")
+        self.user_turn_opening = user_turn_opening
         self.config = config
         self.model = model.train()
         self.group = group
@@ -163,6 +170,9 @@ class Trainer:
             if not self.config.model.context_gradient:
                 at = {"grad_at": GradPositions.of(*(t.to(device) for t in (mb.positions_BP, mb.valid_BP,
                                                                           mb.segments_BS)))}
+            elif not self.config.model.instructions_gradient:
+                at_BG, valid_BG, index_BP = (t.to(device) for t in mb.conversation_positions(self.user_turn_opening))
+                at = {"grad_at": GradPositions.of(at_BG, valid_BG, mb.segments_BS.to(device)), "logits_at": index_BP}
             out = model(mb.input_ids_BS.to(device), positions_BS=mb.position_ids_BS.to(device),
                         given_experts_BSLk=routing, gradient_checkpointing=self.config.model.gradient_checkpointing,
                         packed=packed, **at)

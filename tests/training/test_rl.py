@@ -24,11 +24,13 @@ WARM = 30
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.mark.parametrize("context_gradient", [True, False])
-def test_reward_rises_within_a_few_updates(tmp_path, context_gradient):
-    # False: the detached context (training/config.py): only the policy's own tokens with gradient.
+@pytest.mark.parametrize("gradient", [{}, {"context_gradient": False}, {"instructions_gradient": False}],
+                         ids=["exact", "detached-context", "constant-instructions"])
+def test_reward_rises_within_a_few_updates(tmp_path, gradient):
+    # training/config.py: the detached context has only the policy's own tokens with gradient,
+    # constant instructions everything from the user turn's opening on.
     config = replace_in(debug(), checkpoint={"dir": str(tmp_path), "every": 100}, train={"steps": 5},
-                        model={"context_gradient": context_gradient})
+                        model=gradient)
     run = train(config)
     rl = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["step"] > WARM]
     rewards = [r["reward"] for r in rl]
@@ -121,7 +123,8 @@ EXPECTED_FLAGS = [
     "help", "progress", "no-progress",
     "model.path", "model.dtype", "model.autocast-bf16", "model.no-autocast-bf16", "model.lora-rank",
     "model.lora-alpha", "model.lora-targets", "model.gradient-checkpointing", "model.no-gradient-checkpointing",
-    "model.context-gradient", "model.no-context-gradient",
+    "model.context-gradient", "model.no-context-gradient", "model.instructions-gradient",
+    "model.no-instructions-gradient",
     "optim.lr", "optim.betas", "optim.weight-decay", "optim.warmup-steps", "optim.max-grad-norm",
     "loss.eps-low", "loss.eps-high", "loss.tis-cap", "loss.kl-coef", "loss.sft-coef", "loss.sft-min-reward",
     "rollout.tasks", "rollout.group-size", "rollout.tasks-per-step", "rollout.temperature", "rollout.top-p",
