@@ -133,17 +133,13 @@ class EnginePolicy:
     token_native = True
     takes_quotes = True
 
-    def __init__(self, engine, *, model_id: str = "composer-mini", constrained: bool = True, record_routing: bool = True,
-                 edit_search: bool = True) -> None:
-        """`edit_search`: after a greedy reply whose edit_file call changes nothing (edit_file
-        refuses it), the likeliest reply whose edit changes something (model/changed_edit.py)."""
+    def __init__(self, engine, *, model_id: str = "composer-mini", constrained: bool = True, record_routing: bool = True) -> None:
         self.engine = engine
         self.tokenizer = engine.tokenizer
         self.model_id = model_id
         self.context_window = engine.max_seq_len
         self.constrained = constrained
         self.record_routing = record_routing
-        self.edit_search = edit_search
 
     def count_tokens(self, messages: Sequence[dict], tools: Sequence[dict]) -> int:
         return len(self.engine.tokenizer.encode_prompt(messages, tools))
@@ -156,14 +152,12 @@ class EnginePolicy:
         prompt = list(prompt_ids) if prompt_ids is not None else self.tokenizer.encode_chat(list(messages), tools=tools or None)
         max_tokens = max(1, min(max_tokens, self.engine.max_seq_len - len(prompt) - 1))
         constraint = self.engine.tool_call_constraint(tools, quotes=quotes) if tools and self.constrained else None
-        from model import changed_edit  # torch: only the in-process engine needs it
-        from model.sampling import SamplingParams
+        from model.sampling import SamplingParams  # torch: only the in-process engine needs it
 
         seed = _seed(seed)
-        search = self.edit_search and constraint is not None and temperature == 0
         params = SamplingParams(
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed, constraint=constraint,
-            return_routing=self.record_routing, top_logprobs=changed_edit.ALTERNATIVES if search else 0,
+            return_routing=self.record_routing,
         )
         text = _Text(tools, on_text)
         done: asyncio.Future = loop.create_future()
@@ -187,16 +181,6 @@ class EnginePolicy:
         if isinstance(result, BaseException):
             raise result
         text.finish()
-        sampler: dict[str, Any] = {"temperature": temperature, "top_p": top_p, "seed": seed}
-        if search and any(map(_unchanged_edit, text.calls)):
-            found = await asyncio.to_thread(
-                changed_edit.changed_reply, self.engine, prompt, result, params,
-                lambda: self.engine.tool_call_constraint(tools, quotes=quotes), tools, "new_string", _unchanged_edit)
-            if found is not None:
-                result, sampler["changed_edit"] = found
-                text = _Text(tools, None)  # the text before the changed call was streamed already
-                text.feed(result.text)
-                text.finish()
         routing = result.routed_experts.tolist() if result.routed_experts is not None else None
         return Reply(
             content=text.content, tool_calls=text.calls, tool_call_errors=text.errors,
@@ -204,14 +188,9 @@ class EnginePolicy:
             prompt_token_ids=prompt, completion_token_ids=result.token_ids, logprobs=result.logprobs,
             routed_experts=routing, prompt_tokens=len(prompt), completion_tokens=len(result.token_ids),
             seconds=loop.time() - started, forced=list(getattr(result, "forced", None) or [False] * len(result.token_ids)),
-            weight_version=result.weight_version, sampler=sampler,
+            weight_version=result.weight_version,
+            sampler={"temperature": temperature, "top_p": top_p, "seed": seed},
         )
-
-
-def _unchanged_edit(call: ToolCall) -> bool:
-    """An edit_file call that edit_file refuses as changing nothing (agent/tools/files.py)."""
-    new = call.arguments.get("new_string")
-    return call.name == "edit_file" and isinstance(new, str) and new == call.arguments.get("old_string")
 
 
 def endpoint_tokenizer(model: str | None) -> Any:

@@ -19,8 +19,6 @@ it, the tool-call constraint: agent.policy.EnginePolicy), greedy:
          fixes    ... and leave the files as the gold patch does
          quoted   both again with old_string quoted from the file as the agent loop quotes it
                   (the files read: model/constrained_quote.py), in the same run
-         searched quoted, and a reply whose edit changes nothing replaced by the likeliest one
-                  that changes something (model/changed_edit.py: what the agent loop serves)
 
     python bench/gold_moves.py --policy composer-mini --policy runs/cpu/final \\
         [--suite bugfix-heldout] [--tasks 16] [--quantize int4] [--no-write]
@@ -179,19 +177,16 @@ def edit_move(policy: EnginePolicy, scene: Scene, max_tokens: int, quoted: bool 
     result = edited(scene.before, edits) if edits else None
     return {"calls": [{"name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
             "applies": result is not None, "fixes": result == scene.after,
-            "searched": (reply.sampler or {}).get("changed_edit"),
             "exact": [c.arguments for c in edits] == [c.arguments for c in scene.turns[at][1]]}
 
 
 def measure(path: str, quantize: str, cases: list[Scene], edit_tokens: int) -> dict[str, Any]:
     engine = Engine.from_pretrained(None if path == DEFAULT_MODEL else path, quantize=quantize)
     try:
-        policy = EnginePolicy(engine, record_routing=False, edit_search=False)
+        policy = EnginePolicy(engine, record_routing=False)
         firsts = [first_move(engine, policy, scene) for scene in cases]
         edits = [edit_move(policy, scene, edit_tokens) for scene in cases]
         quoted = [edit_move(policy, scene, edit_tokens, quoted=True) for scene in cases]
-        searching = EnginePolicy(engine, record_routing=False)
-        searched = [edit_move(searching, scene, edit_tokens, quoted=True) for scene in cases]
     finally:
         engine.close()
     n = len(cases)
@@ -200,23 +195,19 @@ def measure(path: str, quantize: str, cases: list[Scene], edit_tokens: int) -> d
             "first_tools": dict(collections.Counter(m["call"]["name"] if m["call"] else "(no call)" for m in firsts)),
             "edit_applies": sum(m["applies"] for m in edits), "edit_fixes": sum(m["fixes"] for m in edits),
             "edit_exact": sum(m["exact"] for m in edits), "quoted_applies": sum(m["applies"] for m in quoted),
-            "quoted_fixes": sum(m["fixes"] for m in quoted), "searched_applies": sum(m["applies"] for m in searched),
-            "searched_fixes": sum(m["fixes"] for m in searched), "searches": sum(bool(m["searched"]) for m in searched),
-            "firsts": firsts, "edits": edits, "quoted_edits": quoted, "searched_edits": searched}
+            "quoted_fixes": sum(m["fixes"] for m in quoted), "firsts": firsts, "edits": edits, "quoted_edits": quoted}
 
 
 def table(results: dict[str, Any]) -> str:
     lines = ["| checkpoint | first tool is the gold one | and its arguments | P(gold tool), mean | greedy first tools "
-             "| edit applies | edit fixes | edit is the gold one | quoted: applies | quoted: fixes "
-             "| searched: applies | searched: fixes (searches) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| edit applies | edit fixes | edit is the gold one | quoted: applies | quoted: fixes |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for path, row in results["policies"].items():
         n = row["tasks"]
         tools = ", ".join(f"{name} {k}" for name, k in sorted(row["first_tools"].items(), key=lambda kv: -kv[1]))
         lines.append(f"| {path} | {row['tool']} of {n} | {row['exact']} of {n} | {row['p_tool']:.3f} | {tools} | "
                      f"{row['edit_applies']} of {n} | {row['edit_fixes']} of {n} | {row['edit_exact']} of {n} | "
-                     f"{row['quoted_applies']} of {n} | {row['quoted_fixes']} of {n} | "
-                     f"{row['searched_applies']} of {n} | {row['searched_fixes']} of {n} ({row['searches']}) |")
+                     f"{row['quoted_applies']} of {n} | {row['quoted_fixes']} of {n} |")
     gold = ", ".join(f"{name} {k}" for name, k in results["gold_tools"].items())
     return "\n".join(lines) + (f"\n\nThe gold scripts' first tools: {gold}; their edits quote "
                                f"{results['gold_edit_lines']} lines of old_string in all.\n")
@@ -254,8 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.quantize}, greedy, the tool-call constraint on; prompt lengths {min(lengths)}-{max(lengths)} tokens.")
     name = "gold_moves" + ("" if args.suite == "bugfix-heldout" else f"-{args.suite}")
     publish(name, f"Gold moves: {args.suite}", results, table(results), meta, write=not args.no_write)
-    print(json.dumps({p: {k: r[k] for k in ("tool", "exact", "edit_applies", "edit_fixes", "quoted_applies", "quoted_fixes",
-                                            "searched_applies", "searched_fixes", "searches")}
+    print(json.dumps({p: {k: r[k] for k in ("tool", "exact", "edit_applies", "edit_fixes", "quoted_applies", "quoted_fixes")}
                       for p, r in results["policies"].items()}))
     return 0
 
