@@ -5,6 +5,8 @@ positions' keys and values are constants. The same with constant instructions on
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -61,6 +63,12 @@ def _constant_context_keys(model: Transformer, grad_positions_BS: torch.Tensor):
     return [layer.attn.qkv.register_forward_hook(hook) for layer in model.layers]
 
 
+def _loss_and_grads(model: Transformer, mb, weights_BP: torch.Tensor, logits_BPV: torch.Tensor):
+    """The targets' logprobs (detached) and the gradient of their weighted sum, per parameter."""
+    logp = logits_BPV.log_softmax(-1).gather(-1, mb.targets_BP.unsqueeze(-1)).squeeze(-1)
+    return logp.detach(), torch.autograd.grad((logp * weights_BP).sum(), list(model.parameters()), allow_unused=True)
+
+
 @pytest.mark.parametrize("routing", [False, True])
 def test_detached_context_equals_constant_context_keys(routing):
     mb = _batch(routing)
@@ -70,11 +78,7 @@ def test_detached_context_equals_constant_context_keys(routing):
     given = None if mb.routing_BSLk is None else mb.routing_BSLk
     args = dict(positions_BS=mb.position_ids_BS, given_experts_BSLk=given, packed=packed)
     weights_BP = torch.randn(mb.positions_BP.shape, dtype=torch.float64) * mb.valid_BP
-
-    def loss_and_grads(logits_BPV):
-        logp = logits_BPV.log_softmax(-1).gather(-1, mb.targets_BP.unsqueeze(-1)).squeeze(-1)
-        loss = (logp * weights_BP).sum()
-        return logp.detach(), torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
+    loss_and_grads = functools.partial(_loss_and_grads, model, mb, weights_BP)
 
     grad_at = GradPositions.of(mb.positions_BP, mb.valid_BP, mb.segments_BS)
     detached = loss_and_grads(model(mb.input_ids_BS, grad_at=grad_at, **args).logits)
@@ -104,11 +108,7 @@ def test_constant_instructions_equal_constant_keys_before_the_user_turn(routing)
     args = dict(positions_BS=mb.position_ids_BS, packed=PackedRows.from_segments(mb.segments_BS),
                 given_experts_BSLk=mb.routing_BSLk)
     weights_BP = torch.randn(mb.positions_BP.shape, dtype=torch.float64) * mb.valid_BP
-
-    def loss_and_grads(logits_BPV):
-        logp = logits_BPV.log_softmax(-1).gather(-1, mb.targets_BP.unsqueeze(-1)).squeeze(-1)
-        return logp.detach(), torch.autograd.grad((logp * weights_BP).sum(), list(model.parameters()),
-                                                  allow_unused=True)
+    loss_and_grads = functools.partial(_loss_and_grads, model, mb, weights_BP)
 
     at_BG, valid_BG, index_BP = mb.conversation_positions(OPENING)
     assert at_BG[0, 0] == 9 and int(valid_BG.sum()) == int((mb.segments_BS >= 0).sum()) - 9
