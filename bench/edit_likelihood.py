@@ -11,6 +11,12 @@ and two parts of old_string: its first token (which line to quote starts there) 
 after the first word, where the line is chosen and what is left is copying it. The whole turn's
 probability is the chance one sample writes exactly the gold edit.
 
+Where the fix departs: the first new_string token where the model's likeliest token is not the
+gold one (before it, the gold line is what the model would write: mostly the copied old line),
+the gold token's rank there (0 would be the likeliest; 1 the runner-up), and whether that position
+is the one of the value where the model is least sure (the smallest gap between its first and
+second choice). A fix ranked 1 at the least sure position is one search step from greedy.
+
     python bench/edit_likelihood.py --policy composer-mini --policy runs/cpu/final [--tasks 16] [--no-write]
 
 Writes bench/results/edit_likelihood.json and its block in docs/benchmarks.md.
@@ -36,7 +42,6 @@ from bench.report import publish  # noqa: E402
 from model.hf import load_model  # noqa: E402
 from model.home import DEFAULT_MODEL, ensure_default_model  # noqa: E402
 from model.tokenizer import Tokenizer  # noqa: E402
-from model.transformer import completion_logprobs  # noqa: E402
 from training.demos import rendered_ids  # noqa: E402
 
 OLD, NEW = '"old_string": "', '"new_string": "'
@@ -56,8 +61,11 @@ def spans(tokenizer, ids: list[int]) -> tuple[list[int], list[int]]:
 def likelihood(model, tokenizer, scene: Scene) -> dict[str, Any]:
     content, calls = scene.turns[scene.edit_turn]
     ids = rendered_ids(tokenizer, content, calls)
-    with torch.no_grad():
-        lp = completion_logprobs(model, scene.prompts[scene.edit_turn], ids).tolist()
+    prompt = scene.prompts[scene.edit_turn]
+    with torch.no_grad():  # as model.transformer.completion_logprobs, keeping every logit
+        logits_CV = model(torch.tensor([prompt + ids[:-1]])).logits[0, len(prompt) - 1:].float()
+    logprobs_CV = logits_CV.log_softmax(-1)
+    lp = logprobs_CV.gather(-1, torch.tensor(ids).unsqueeze(-1)).squeeze(-1).tolist()
     old, new = spans(tokenizer, ids)
     word = next(i for i, k in enumerate(old) if tokenizer.decode([ids[k]]).strip())
     copied = old[word + 1:]
@@ -66,17 +74,37 @@ def likelihood(model, tokenizer, scene: Scene) -> dict[str, Any]:
            "copied_tokens": len(copied), "new_tokens": len(new),
            "old_token_nats": [[tokenizer.decode([ids[k]]), round(-lp[k], 3)] for k in old]}
     row["format"] = row["whole"] - row["old_string"] - row["new_string"]
-    return row
+    return row | departure(logprobs_CV[new], [ids[k] for k in new])
+
+
+def departure(logprobs_NV: torch.Tensor, gold: list[int]) -> dict[str, Any]:
+    """Where the gold new_string first departs from the model's likeliest token: that token's
+    index in the value, the gold token's rank there, and whether it is the value's least sure
+    position (smallest gap between the first and second choice). None: greedy writes it all."""
+    best_N = logprobs_NV.argmax(-1).tolist()
+    at = next((i for i, (b, g) in enumerate(zip(best_N, gold, strict=True)) if b != g), None)
+    if at is None:
+        return {"departure": None, "departure_rank": None, "departure_least_sure": None}
+    top2_N2 = logprobs_NV.topk(2, -1).values
+    gaps_N = top2_N2[:, 0] - top2_N2[:, 1]
+    rank = int((logprobs_NV[at] > logprobs_NV[at, gold[at]]).sum())
+    return {"departure": at, "departure_rank": rank, "departure_least_sure": int(gaps_N.argmin()) == at}
 
 
 def measure(path: str, tokenizer, cases: list[Scene]) -> dict[str, Any]:
     model = load_model(ensure_default_model() if path == DEFAULT_MODEL else Path(path)).float().eval()
-    rows = [likelihood(model, tokenizer, scene) for scene in cases]
+    rows = []
+    for i, scene in enumerate(cases, 1):
+        rows.append(likelihood(model, tokenizer, scene))
+        print(f"{path}: {i}/{len(cases)} {scene.task.instance_id}", file=sys.stderr, flush=True)
     mean = {key: statistics.fmean(r[key] for r in rows) for key in ("whole", "old_string", "new_string", "format", "old_first")}
     return {**mean, "p_whole_median": math.exp(statistics.median(r["whole"] for r in rows)),
             "old_nats_per_token": per_token(rows, "old_string", "old_tokens"),
             "copied_nats_per_token": per_token(rows, "old_copied", "copied_tokens"),
-            "rows": rows}
+            "greedy_fixes": sum(r["departure"] is None for r in rows),
+            "runner_up": sum(r["departure_rank"] == 1 for r in rows),
+            "top_5": sum(r["departure_rank"] is not None and r["departure_rank"] < 5 for r in rows),
+            "least_sure": sum(bool(r["departure_least_sure"]) for r in rows), "rows": rows}
 
 
 def per_token(rows: list[dict[str, Any]], nats: str, tokens: str) -> float:
@@ -88,14 +116,18 @@ def per_token(rows: list[dict[str, Any]], nats: str, tokens: str) -> float:
 
 def table(results: dict[str, Any]) -> str:
     lines = ["| checkpoint | whole edit turn | old_string | new_string | format | first old_string token "
-             "| old_string per token | after its first word, per token | P(the gold edit), median |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| old_string per token | after its first word, per token | P(the gold edit), median "
+             "| new_string needs no departure | the fix's token at its departure: the runner-up | in the top 5 "
+             "| departure at the least sure position |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for path, r in results["policies"].items():
         lines.append(f"| {path} | {-r['whole']:.1f} | {-r['old_string']:.1f} | {-r['new_string']:.1f} | "
                      f"{-r['format']:.2f} | {-r['old_first']:.2f} | {r['old_nats_per_token']:.2f} | "
                      f"{r['copied_nats_per_token']:.2f} | "
-                     f"{r['p_whole_median']:.1e} |")
-    return "\n".join(lines) + "\n\nNats (negative logprobs) summed over each span, mean over the tasks.\n"
+                     f"{r['p_whole_median']:.1e} | {r['greedy_fixes']} | {r['runner_up']} | {r['top_5']} | "
+                     f"{r['least_sure']} |")
+    return "\n".join(lines) + ("\n\nNats (negative logprobs) summed over each span, mean over the tasks; the last "
+                               "four columns count tasks.\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -112,7 +112,11 @@ def scenes(tasks: list[Task], tokenizer, work: Path) -> list[Scene]:
         return Scene(task, turns, policy.prompts, policy.tools, before, after)
 
     async def all_of_them():
-        return [await one(task) for task in tasks]
+        out = []
+        for i, task in enumerate(tasks, 1):
+            out.append(await one(task))
+            print(f"scene {i}/{len(tasks)}: {task.instance_id}", file=sys.stderr, flush=True)
+        return out
 
     return asyncio.run(all_of_them())
 
