@@ -42,6 +42,7 @@ from bench.report import publish  # noqa: E402
 from model.hf import load_model  # noqa: E402
 from model.home import DEFAULT_MODEL, ensure_default_model  # noqa: E402
 from model.tokenizer import Tokenizer  # noqa: E402
+from model.transformer import completion_distributions  # noqa: E402
 from training.demos import rendered_ids  # noqa: E402
 
 OLD, NEW = '"old_string": "', '"new_string": "'
@@ -61,10 +62,8 @@ def spans(tokenizer, ids: list[int]) -> tuple[list[int], list[int]]:
 def likelihood(model, tokenizer, scene: Scene) -> dict[str, Any]:
     content, calls = scene.turns[scene.edit_turn]
     ids = rendered_ids(tokenizer, content, calls)
-    prompt = scene.prompts[scene.edit_turn]
-    with torch.no_grad():  # as model.transformer.completion_logprobs, keeping every logit
-        logits_CV = model(torch.tensor([prompt + ids[:-1]])).logits[0, len(prompt) - 1:].float()
-    logprobs_CV = logits_CV.log_softmax(-1)
+    with torch.no_grad():
+        logprobs_CV = completion_distributions(model, scene.prompts[scene.edit_turn], ids)
     lp = logprobs_CV.gather(-1, torch.tensor(ids).unsqueeze(-1)).squeeze(-1).tolist()
     old, new = spans(tokenizer, ids)
     word = next(i for i, k in enumerate(old) if tokenizer.decode([ids[k]]).strip())

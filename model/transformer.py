@@ -210,6 +210,23 @@ def completion_logprobs(
     is never fed), as the engine's sampler computes them (model/sampling.py). `routed_experts`
     (positions, L, k) replays a rollout's routing (`Completion.routed_experts`, recorded with
     `return_routing`). Returns (C,) fp32, differentiable when grad is enabled."""
+    logprobs_CV = completion_distributions(model, prompt_ids, completion_ids, routed_experts,
+                                           temperature=temperature, gradient_checkpointing=gradient_checkpointing)
+    targets = torch.tensor(completion_ids, device=logprobs_CV.device)
+    return logprobs_CV.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def completion_distributions(
+    model: Transformer,
+    prompt_ids: list[int],
+    completion_ids: list[int],
+    routed_experts: torch.Tensor | None = None,
+    *,
+    temperature: float = 1.0,
+    gradient_checkpointing: bool = False,
+) -> torch.Tensor:
+    """completion_logprobs' whole distributions: (C, V) fp32 log_softmax(logits / T) at the
+    position before each completion token."""
     if not completion_ids:
         raise ValueError("the completion is empty")
     fed = list(prompt_ids) + list(completion_ids)[:-1]
@@ -226,5 +243,4 @@ def completion_logprobs(
         torch.tensor([fed], device=device), given_experts_BSLk=given, gradient_checkpointing=gradient_checkpointing
     )
     logits_CV = out.logits[0, len(prompt_ids) - 1 :].float() / (temperature or 1.0)
-    targets = torch.tensor(completion_ids, device=device)
-    return logits_CV.log_softmax(dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return logits_CV.log_softmax(dim=-1)
