@@ -1,5 +1,6 @@
 # Composer's two commands are `make run` and `make test`; everything else here serves them.
-#   make run         setup, build composer-mini if missing, then serve the current directory
+#   make run         setup, build composer-mini and composer-mini-trained (composer-mini plus the
+#                    committed RL adapter) if missing, then serve the current directory
 #                    (WORKSPACE=dir for another) with `composer-lsp --ws 127.0.0.1:8765` and the
 #                    web chat; prints the URL with its token (HOST, PORT override the address)
 #   make setup       create .venv: torch (CPU build on this disk) first, then the project, then
@@ -8,7 +9,7 @@
 #   make model       build composer-mini into ~/.cache/composer/models (COMPOSER_HOME overrides)
 #   make model-trained  train composer-mini in its harness (the cpu preset: its warm start, then
 #                    RL_STEPS RL updates; ~55 min plus ~9 min an update on a 2-vCPU Xeon with
-#                    AMX) and install it as composer-mini-trained, which `make run` then serves
+#                    AMX) and install it as composer-mini-trained in place of the committed one
 #   make bench       the engine benchmark (bench/engine.py), writes docs/benchmarks.md rows
 #   make bench-server, bench-retrieval, bench-envs   the language server's, codebase search's and
 #                    the training environments' benchmarks
@@ -50,7 +51,7 @@ WORKSPACE ?= $(CURDIR)
 HOST ?= 127.0.0.1
 PORT ?= 8765
 run: setup
-	$(PY) -c "from model.home import ensure_default_model; print('composer-mini:', ensure_default_model())"
+	$(PY) -m model.home
 	$(VENV)/bin/composer-lsp --ws $(HOST):$(PORT) --workspace "$(WORKSPACE)"
 
 lint: setup
@@ -73,7 +74,7 @@ RL_STEPS ?= 0
 TRAIN_RUN ?= $(or $(COMPOSER_HOME),$(HOME)/.cache/composer)/runs/composer-mini-trained
 RL_ARGS := --preset cpu --model.no-context-gradient --checkpoint.dir "$(TRAIN_RUN)"
 model-trained: setup
-	$(PY) -m model.home
+	$(PY) -c "from model.home import ensure_default_model; print(ensure_default_model())"
 	$(PY) -m training.rl $(RL_ARGS) --train.steps $(RL_STEPS)
 	$(PY) -m model.home install-trained "$(TRAIN_RUN)/final"
 

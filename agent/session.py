@@ -174,7 +174,9 @@ class Session:
                 policy = EndpointPolicy(config.endpoint, model=config.model, api_key=config.api_key, tokenizer=tokenizer)
             else:
                 engine = await asyncio.to_thread(_shared_engine, config.model, config.quantize)
-                policy = EnginePolicy(engine)
+                # The log names the checkpoint (composer-mini-trained's directory, say): the
+                # dataset's model filter and a resumed session's token state go by it.
+                policy = EnginePolicy(engine, model_id=str(config.model or "composer-mini"))
         live = live_index(root, config.index)
         if tools is None:
             tools = default_tools()

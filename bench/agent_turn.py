@@ -17,7 +17,10 @@ task, each turn reading other files). Per step: time to first token (the first s
 that carries a generated token), decode rate, prompt and cached tokens.
 
     python bench/agent_turn.py [--backends engine,serve,vllm] [--reps 2] [--group 8]
-                               [--vllm-python .venv-vllm/bin/python] [--no-write]
+                               [--vllm-python .venv-vllm/bin/python] [--model DIR] [--no-write]
+
+--model serves another checkpoint on every backend (default composer-mini; `make run` serves
+composer-mini-trained, whose adapter the int4 backends keep beside their matrices).
 
 Writes bench/results/agent_turn.json and the table at the top of docs/benchmarks.md.
 """
@@ -202,16 +205,17 @@ def _carries_tokens(chunk: dict) -> bool:
     return False
 
 
-def serve_backend(port: int, log_dir: Path) -> HTTPBackend:
+def serve_backend(port: int, log_dir: Path, model: str | None = None) -> HTTPBackend:
     command = [sys.executable, "-m", "model.serve", "--port", str(port), "--max-batch", "8"]
+    command += ["--model", model] if model else []
     return HTTPBackend("serve", command, port, {}, log_dir / "agent_turn_serve.log", takes_quotes=True)
 
 
-def vllm_backend(python: str, port: int, log_dir: Path) -> HTTPBackend:
+def vllm_backend(python: str, port: int, log_dir: Path, model: str | None = None) -> HTTPBackend:
     from model.home import ensure_default_model
 
     command = [
-        python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(ensure_default_model()),
+        python, "-m", "vllm.entrypoints.openai.api_server", "--model", model or str(ensure_default_model()),
         "--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16", "--max-model-len", "8192",
         "--served-model-name", MODEL_NAME, "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
         "--enable-prompt-tokens-details", "--seed", "0",
@@ -336,11 +340,11 @@ async def run_backend(name: str, args, work: AgentWorkload) -> dict[str, Any]:
     log_dir = ROOT / "bench" / "results"
     log_dir.mkdir(parents=True, exist_ok=True)
     if name == "engine":
-        backend: Any = EngineBackend()
+        backend: Any = EngineBackend(path=args.model)
     elif name == "serve":
-        backend = serve_backend(args.port, log_dir)
+        backend = serve_backend(args.port, log_dir, args.model)
     else:
-        backend = vllm_backend(args.vllm_python, args.port + 1, log_dir)
+        backend = vllm_backend(args.vllm_python, args.port + 1, log_dir, args.model)
     try:
         if isinstance(backend, HTTPBackend):
             await backend.start()
@@ -369,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group", type=int, default=8, help="turns run at once as one RL group (0: none)")
     ap.add_argument("--vllm-python", default=str(ROOT / ".venv-vllm" / "bin" / "python"))
     ap.add_argument("--port", type=int, default=8031)
+    ap.add_argument("--model", default=None, help="checkpoint directory (default: composer-mini)")
     ap.add_argument("--no-write", action="store_true", help="print only")
     args = ap.parse_args(argv)
     work = AgentWorkload.build()

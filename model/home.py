@@ -1,25 +1,29 @@
-"""Where Composer keeps its files, and composer-mini built there on first use.
+"""Where Composer keeps its files, and composer-mini and composer-mini-trained built there.
 
-    from model.home import ensure_default_model
+    from model.home import ensure_default_model, ensure_trained_model
     path = ensure_default_model()     # ~/.cache/composer/models/composer-mini, built once
-    python -m model.home              # builds it if needed and prints the path
-    python -m model.home install-trained runs/cpu/final   # the model editors get by default
+    path = ensure_trained_model()     # composer-mini-trained: the model editors get (`make run`)
+    python -m model.home              # builds both if needed and prints their paths
+    python -m model.home install-trained runs/cpu/final   # your own training run instead
 
 composer-mini is the untrained base: training starts from it and the benchmark's `composer-mini`
-is always it. A checkpoint trained in the harness (`make model-trained`) is installed beside it
-as composer-mini-trained, and the editor-facing commands (composer-lsp, composer-agent) serve
-that one when it is there (`served_model`).
+is always it. composer-mini-trained is what the editor-facing commands (composer-lsp,
+composer-agent) serve when it is there (`served_model`): `make run` builds it once from
+composer-mini and the LoRA adapter this repository commits (model/trained/composer-mini-rl:
+the warm start plus 13 RL updates, `w11rl` in docs/benchmarks.md, its factors int8), and a
+checkpoint you train (`make model-trained`) is installed in its place.
 
-`$COMPOSER_HOME` replaces `~/.cache/composer`. Building takes tens of seconds and writes about
-2.9 GB (fp32). It happens under a file lock, so two processes never both build, and into a
-temporary directory beside the target that is renamed into place at the end, so a directory at
-the target is always complete.
+`$COMPOSER_HOME` replaces `~/.cache/composer`. Building each takes seconds to tens of seconds
+and writes about 2.9 GB (fp32). It happens under a file lock, so two processes never both build,
+and into a temporary directory beside the target that is renamed into place at the end, so a
+directory at the target is always complete.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -31,6 +35,8 @@ from pathlib import Path
 
 DEFAULT_MODEL = "composer-mini"
 TRAINED_MODEL = "composer-mini-trained"
+TRAINED_ADAPTER = Path(__file__).parent / "trained" / "composer-mini-rl"
+BUILT_FROM = "built-from-adapter.sha256"
 
 
 def composer_home() -> Path:
@@ -100,15 +106,16 @@ def file_lock(target: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def build_atomically(target: str | Path, build: Callable[[Path], object], *, force: bool = False) -> Path:
+def build_atomically(target: str | Path, build: Callable[[Path], object], *, force: bool = False,
+                     current: Callable[[Path], bool] = is_complete_checkpoint) -> Path:
     """Runs `build(tmp_dir)` and renames the result to `target`, under the lock.
 
-    Skips the build when `target` is already a complete checkpoint (unless `force`); a failed build
-    leaves nothing behind. An incomplete directory at `target` is replaced.
+    Skips the build when `current(target)` (by default: it is a complete checkpoint) unless
+    `force`; a failed build leaves nothing behind. An incomplete directory at `target` is replaced.
     """
     target = Path(target).expanduser().absolute()
     with file_lock(target):
-        if not force and is_complete_checkpoint(target):
+        if not force and current(target):
             return target
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
         tmp.chmod(0o755)  # mkdtemp's 0o700 would otherwise become the checkpoint's mode
@@ -142,6 +149,59 @@ def ensure_default_model() -> Path:
         write_upcycled(directory)
 
     return build_atomically(target, build)
+
+
+def ensure_trained_model(adapter: str | Path = TRAINED_ADAPTER) -> Path:
+    """composer-mini-trained's directory. A checkpoint you installed (`install_trained`) is kept
+    as it is; otherwise it is built from composer-mini and `adapter` (`merge_adapter`), once, and
+    again when the adapter changes (a pull that brings a newer one: `BUILT_FROM` says which)."""
+    from model.adapter import ADAPTER_FILE
+
+    digest = hashlib.sha256((Path(adapter) / ADAPTER_FILE).read_bytes()).hexdigest()
+
+    def current(target: Path) -> bool:
+        stamp = target / BUILT_FROM
+        return is_complete_checkpoint(target) and (not stamp.is_file() or stamp.read_text().strip() == digest)
+
+    target = trained_model_dir()
+    if current(target):
+        if (target / BUILT_FROM).is_file():  # composer-mini's files: its template follows model/'s
+            refresh_chat_template(target)
+        return target
+    base = ensure_default_model()
+
+    def build(directory: Path) -> None:
+        print(f"composer: building {TRAINED_MODEL} into {target} (once; about 10 s)", file=sys.stderr, flush=True)
+        merge_adapter(base, adapter, directory)
+        (directory / BUILT_FROM).write_text(digest + "\n")
+
+    return build_atomically(target, build, current=current)
+
+
+def merge_adapter(base: str | Path, adapter: str | Path, directory: str | Path) -> Path:
+    """Writes into `directory` the checkpoint `base` with `adapter`'s product added to the weights
+    it names: the base's other files (config, tokenizer, chat template) as they are, and the
+    adapter itself as `adapter/` (which the int4 engine keeps beside its matrices)."""
+    import torch
+
+    from model.adapter import ADAPTER_DIR, read_adapter
+    from model.hf import load_model, save_model
+
+    low_ranks = read_adapter(adapter)
+    if low_ranks is None:
+        raise FileNotFoundError(f"{adapter}: no such adapter directory")
+    model = load_model(base)
+    with torch.no_grad():
+        for name, low_rank in low_ranks.items():
+            weight = model.get_parameter(name)
+            weight.add_(low_rank.delta().to(weight.dtype))
+    directory = Path(directory)
+    save_model(model, directory)
+    for path in Path(base).iterdir():  # after the weights: the base's own config wins
+        if path.is_file() and path.suffix != ".safetensors":
+            shutil.copy2(path, directory / path.name)
+    shutil.copytree(adapter, directory / ADAPTER_DIR, dirs_exist_ok=True)
+    return directory
 
 
 def refresh_chat_template(directory: Path) -> None:
@@ -179,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     start = time.perf_counter()
     print(ensure_default_model(), f"({time.perf_counter() - start:.1f} s)")
+    print(ensure_trained_model(), f"({time.perf_counter() - start:.1f} s)")
     return 0
 
 

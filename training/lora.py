@@ -27,11 +27,17 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 from torch.nn.utils import parametrize
 
-from model.adapter import ADAPTER_CONFIG, ADAPTER_FILE, LowRank, read_adapter_config
+from model.adapter import (
+    ADAPTER_CONFIG,
+    ADAPTER_FILE,
+    LowRank,
+    read_adapter_config,
+    read_adapter_tensors,
+)
 
 
 class LoRADelta(nn.Module):
@@ -160,7 +166,7 @@ def load_adapter(model: nn.Module, directory: str | Path) -> nn.Module:
     config = read_adapter_config(directory)
     names = config["target_parameters"]
     add_lora(model, config["r"], config["lora_alpha"], names)
-    tensors = load_file(directory / ADAPTER_FILE)
+    tensors = read_adapter_tensors(directory)
     for name, delta in lora_modules(model):
         for part in ("lora_A", "lora_B"):
             key = f"{name}.{part}"

@@ -47,6 +47,22 @@ def decoded_log(path: Path, tok) -> str:
     return text
 
 
+@pytest.mark.parametrize("model", [None, "/models/composer-mini-trained"])
+async def test_the_log_names_the_checkpoint_the_engine_serves(tmp_path, real_tokenizer, monkeypatch, model):
+    from agent import session as session_module
+
+    root = tmp_path / "repo"
+    root.mkdir()
+    engine = ScriptedEngine(real_tokenizer, [[*real_tokenizer.encode("Hello."), real_tokenizer.eos_token_id]])
+    monkeypatch.setattr(session_module, "_shared_engine", lambda checkpoint, quantize: engine)
+    session = await Session.create(SessionConfig(workspace=root, log_dir=tmp_path / "logs", checkpoints=False,
+                                                 index="off", repo_map_tokens=0, model=model))
+    await session.prompt("hi")
+    session.close()
+    header = read_session(session.log_path)[0]
+    assert header["model"]["id"] == (model or "composer-mini") and header["model"]["backend"] == "engine"
+
+
 async def test_secrets_in_rules_and_read_files_reach_neither_strings_nor_ids(tmp_path, real_tokenizer):
     tok = real_tokenizer
     root = tmp_path / "repo"
