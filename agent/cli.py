@@ -2,9 +2,9 @@
 
     composer-agent run --workspace DIR [--json] [--endpoint URL] [--yes] [--allow-unsandboxed] "request"
 
-Without --endpoint the in-process engine runs composer-mini-trained when it is built (`make run`
-or `python -m model.home` builds it from the committed adapter; `make model-trained` installs
-your own), else composer-mini (int4 weights; built on first use).
+Without --endpoint the in-process engine runs composer-mini-trained (int4 weights): built once
+from composer-mini and the committed adapter by `make run`, `python -m model.home` or its first
+load here, or your own run that `make model-trained` installed.
 --json prints every session/update payload as one JSON line, then a summary object. Permission
 prompts cannot be answered headless: what the policy would ask about is refused, unless --yes
 allows it. The session log is written either way; the summary says where. A turn that fails

@@ -16,7 +16,9 @@ holds exactly what the model saw; a text-only policy gets the conversation as me
 Stop reasons are ACP's: end_turn, max_turn_requests, max_tokens, cancelled, refusal. A turn that
 fails (the model endpoint dies, the disk fills) logs an `error` record and raises; either way the
 conversation stays whole (every call of the last reply has a result) for the next turn. Broken
-calls cost one bounded note a step, and at most `max_calls_per_step` calls of a reply run.
+calls cost one bounded note a step, and at most `max_calls_per_step` calls of a reply run. A turn
+that repeats its last steps, calls and results alike, `stop_repeats` times stops there
+(agent/repetition.py): a loop the model is not leaving costs a few steps, not all of them.
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from typing import Any
 from agent import events as ev
 from agent.policy import Policy, Reply
 from agent.redact import redact_obj
+from agent.repetition import RepetitionWatch, step_signature
 from agent.tools.base import ToolContext, ToolRegistry, ToolResult, truncate
 from agent.tools.files import files_read
 from agent.trajectory import Prompt, TokenStream, common_prefix
+from agent.write_locks import WriteLocks
 from model.toolcalls import ToolCall
 
 SHORTENED_NOTE = "\n[older tool output shortened to save context; call the tool again if you need it]"
@@ -68,6 +72,9 @@ class LoopConfig:
     """What is kept of an old tool result when the context fills up."""
     max_calls_per_step: int = 64
     """Tool calls run from one model reply; more are dropped, and the model is told."""
+    stop_repeats: int = 3
+    """The turn stops (max_turn_requests) when its last steps repeat the steps before them this
+    many times, the same calls told the same results (agent/repetition.py); 0: never."""
 
 
 class _ContextFull(Exception):
@@ -81,40 +88,6 @@ class TurnResult:
     tool_calls: int = 0
     text: str = ""
     replies: list[Reply] = field(default_factory=list)
-
-
-class _WriteLocks:
-    """Writes to one path run one at a time; a call that may write anywhere (a terminal
-    command) runs alone among writers. Read-only calls take no lock."""
-
-    def __init__(self) -> None:
-        self._paths: dict[str, asyncio.Lock] = {}
-        self._writers = 0
-        self._exclusive = False
-        self._changed = asyncio.Condition()
-
-    @contextlib.asynccontextmanager
-    async def hold(self, paths: list[str] | None):
-        async with self._changed:
-            if paths is None:
-                await self._changed.wait_for(lambda: not self._exclusive and self._writers == 0)
-                self._exclusive = True
-            else:
-                await self._changed.wait_for(lambda: not self._exclusive)
-                self._writers += 1
-        locks = [self._paths.setdefault(p, asyncio.Lock()) for p in sorted(set(paths or []))]
-        try:
-            async with contextlib.AsyncExitStack() as stack:
-                for lock in locks:
-                    await stack.enter_async_context(lock)
-                yield
-        finally:
-            async with self._changed:
-                if paths is None:
-                    self._exclusive = False
-                else:
-                    self._writers -= 1
-                self._changed.notify_all()
 
 
 def _harness_note(errors: list, dropped: int, max_calls: int) -> str:
@@ -184,7 +157,7 @@ class Agent:
         self.last_checkpoint: str | None = None
         self._turn_base: str | None = None
         self.messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
-        self._locks = _WriteLocks()
+        self._locks = WriteLocks()
         self._emitting: asyncio.Future | None = None
         self._model_calls = 0
         self._call_ids: set[str] = set()
@@ -250,6 +223,7 @@ class Agent:
 
     async def _steps(self, result: TurnResult) -> TurnResult:
         spent = 0
+        repeats = RepetitionWatch(self.config.stop_repeats)
         for step in range(self.config.max_steps):
             left = self.config.max_tokens_per_step
             if self.config.max_turn_tokens is not None:
@@ -275,10 +249,23 @@ class Agent:
             if not reply.tool_calls and not reply.tool_call_errors:
                 return result
             result.tool_calls += len(reply.tool_calls)
+            told = len(self.messages)
             await self._run_calls(reply)
             self._correct(note)
+            period = repeats.add(step_signature(reply.tool_calls, [m["content"] for m in self.messages[told:]]))
+            if period is not None:
+                self._stop_repeating(period, step + 1)
+                break
         result.stop_reason = "max_turn_requests"
         return result
+
+    def _stop_repeating(self, period: int, step: int) -> None:
+        """The user sees why the turn ended early; the log keeps it as a non-fatal error."""
+        steps = "step" if period == 1 else f"{period} steps"
+        message = (f"Stopped: the last {steps} repeated {self.config.stop_repeats} times with the same "
+                   "calls and the same results.")
+        self._log("error", message=message, kind="repeating", where=f"step {step}", fatal=False)
+        self._emit(ev.agent_message_chunk(f"\n\n[{message}]"))
 
     def _correct(self, note: str) -> None:
         """Calls of the reply that did not run (malformed, past the per-reply limit): the harness

@@ -200,15 +200,15 @@ class Engine:
     def from_pretrained(
         cls, path: str | Path | None = None, *, dtype: torch.dtype | None = None, quantize: str = "none", **kwargs
     ) -> Engine:
-        """Loads a checkpoint directory (default: composer-mini, built on first use).
+        """Loads a checkpoint directory (default: composer-mini; `checkpoint_dir` builds it first).
         `quantize="int4"`: weight-only int4 for fast CPU decoding (model/quant.py), with a trained
         checkpoint's LoRA adapter (its `adapter/`) kept beside the int4 matrices in fp32; "none"
         keeps the checkpoint's weights, whose logprobs match the trainer's exactly."""
-        from model.home import ensure_default_model
+        from model.home import checkpoint_dir
         from model.quant import load_quantized
         from model.tokenizer import Tokenizer
 
-        path = Path(path).expanduser() if path is not None else ensure_default_model()
+        path = checkpoint_dir(path)
         model = load_quantized(path, quantize, dtype=dtype)
         return cls(model, Tokenizer.from_dir(path), **kwargs)
 

@@ -8,7 +8,7 @@
 
 composer-mini is the untrained base: training starts from it and the benchmark's `composer-mini`
 is always it. composer-mini-trained is what the editor-facing commands (composer-lsp,
-composer-agent) serve when it is there (`served_model`): `make run` builds it once from
+composer-agent) serve (`served_model`): `make run`, or their first load of it, builds it once from
 composer-mini and the LoRA adapter this repository commits (model/trained/composer-mini-rl:
 the warm start plus 13 RL updates, `w11rl` in docs/benchmarks.md, its factors int8), and a
 checkpoint you train (`make model-trained`) is installed in its place.
@@ -54,12 +54,24 @@ def trained_model_dir() -> Path:
 
 def served_model(model: str | None, endpoint: str | None) -> str | None:
     """The model an editor-facing command serves: `model` when given (with an endpoint, None
-    lets the server pick); else composer-mini-trained when installed; else None, which means
-    composer-mini itself (built on first use)."""
+    lets the server pick); else composer-mini-trained's directory, which the engine builds or
+    brings up to date when it first loads it (`checkpoint_dir`), so an editor that starts
+    composer-lsp itself gets the model `make run` serves."""
     if model or endpoint:
         return model
-    trained = trained_model_dir()
-    return str(trained) if is_complete_checkpoint(trained) else None
+    return str(trained_model_dir())
+
+
+def checkpoint_dir(path: str | Path | None) -> Path:
+    """The directory an engine loads for `path`: composer-mini when None; composer-mini-trained's
+    directory built from the committed adapter, or rebuilt after a pull changed it
+    (`ensure_trained_model`), when `path` is that directory; else `path` itself."""
+    if path is None:
+        return ensure_default_model()
+    path = Path(path).expanduser()
+    if path.absolute() == trained_model_dir().absolute():
+        return ensure_trained_model()
+    return path
 
 
 def install_trained(checkpoint: str | Path) -> Path:
@@ -151,12 +163,14 @@ def ensure_default_model() -> Path:
     return build_atomically(target, build)
 
 
-def ensure_trained_model(adapter: str | Path = TRAINED_ADAPTER) -> Path:
+def ensure_trained_model(adapter: str | Path | None = None) -> Path:
     """composer-mini-trained's directory. A checkpoint you installed (`install_trained`) is kept
     as it is; otherwise it is built from composer-mini and `adapter` (`merge_adapter`), once, and
-    again when the adapter changes (a pull that brings a newer one: `BUILT_FROM` says which)."""
+    again when the adapter changes (a pull that brings a newer one: `BUILT_FROM` says which).
+    `adapter` defaults to the committed one, `TRAINED_ADAPTER`."""
     from model.adapter import ADAPTER_FILE
 
+    adapter = TRAINED_ADAPTER if adapter is None else adapter
     digest = hashlib.sha256((Path(adapter) / ADAPTER_FILE).read_bytes()).hexdigest()
 
     def current(target: Path) -> bool:

@@ -7,8 +7,8 @@
     composer-lsp --trust-workspace DIR        # let DIR's .composer/permissions.json allow things
 
 Common options pick the workspace (default: the current directory; LSP clients' rootUri wins),
-the model (in-process, int4, by default: composer-mini-trained when it is built, which `make run`
-does from the committed adapter and `make model-trained` from your own run, else composer-mini;
+the model (in-process, int4, by default: composer-mini-trained, built from composer-mini and the
+committed adapter by `make run` or at the first load, or the run `make model-trained` installed;
 or --endpoint for any OpenAI-compatible server), and where session logs go. In stdio modes nothing but protocol is written to stdout.
 
 At start the sandbox's isolation level goes to stderr; LSP clients also get it in a

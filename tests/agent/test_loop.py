@@ -113,7 +113,7 @@ async def test_cancelling_the_turn_stops_a_running_tool(tmp_path):
 
 
 async def test_step_limit(tmp_path):
-    agent, _, _, _ = make_agent(tmp_path, [calls(("look", {"seconds": 0}))] * 10, config=LoopConfig(max_steps=3))
+    agent, _, _, _ = make_agent(tmp_path, [calls(("look", {"seconds": 0}))] * 10, config=LoopConfig(max_steps=3, stop_repeats=0))
     result = await agent.run_turn("go")
     assert result.stop_reason == "max_turn_requests" and result.steps == 3
 
@@ -121,7 +121,7 @@ async def test_step_limit(tmp_path):
 async def test_a_turn_token_budget_caps_each_call_and_stops_the_turn(tmp_path):
     reply = calls(("look", {"seconds": 0}))
     reply.completion_tokens = 300
-    agent, policy, _, _ = make_agent(tmp_path, [reply] * 10, config=LoopConfig(max_tokens_per_step=400, max_turn_tokens=1000))
+    agent, policy, _, _ = make_agent(tmp_path, [reply] * 10, config=LoopConfig(max_tokens_per_step=400, max_turn_tokens=1000, stop_repeats=0))
     asked: list[int] = []
     complete = policy.complete
 
@@ -137,7 +137,7 @@ async def test_a_turn_token_budget_caps_each_call_and_stops_the_turn(tmp_path):
 
 async def test_old_tool_outputs_are_shortened_first_when_the_context_fills(tmp_path):
     replies = [calls(("look", {"seconds": 0})) for _ in range(6)]
-    config = LoopConfig(max_tokens_per_step=200, shortened_chars=100)
+    config = LoopConfig(max_tokens_per_step=200, shortened_chars=100, stop_repeats=0)
     agent, policy, _, _ = make_agent(tmp_path, replies, context_window=2000, config=config)
     await agent.run_turn("go")
     last = policy.seen[-1]

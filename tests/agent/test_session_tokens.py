@@ -237,7 +237,7 @@ async def test_a_context_that_stays_full_ends_the_turn_as_the_models_own_not_as_
     limit = 700
     engine = ScriptedEngine(tok, [echo_call(tok, "ok") for _ in range(40)], max_seq_len=limit,
                             on_submit=lambda ids: len(ids) < limit or pytest.fail(f"a {len(ids)}-token prompt was sent"))
-    session = await Session.create(config(root, max_tokens_per_step=64, max_steps=40),
+    session = await Session.create(config(root, max_tokens_per_step=64, max_steps=40, stop_repeats=0),
                                    policy=EnginePolicy(engine), tools=ToolRegistry([Echo()]))
     result = await session.prompt("go")
     session.close()

@@ -1,5 +1,5 @@
 """composer-mini-trained: installing a trained checkpoint and which model the editor-facing
-commands serve (model/home.py's `install_trained` and `served_model`)."""
+commands serve (model/home.py's `install_trained`, `served_model` and `checkpoint_dir`)."""
 
 from __future__ import annotations
 
@@ -27,11 +27,14 @@ def composer_home(monkeypatch, tmp_path) -> Path:
     return tmp_path / "home"
 
 
-def test_served_model_is_composer_mini_until_a_trained_one_is_installed(composer_home, tmp_path):
-    assert home.served_model(None, None) is None  # composer-mini, built on first use
+def test_served_model_is_composer_mini_trained_and_an_install_takes_its_place(composer_home, tmp_path):
+    trained = composer_home / "models" / "composer-mini-trained"
+    assert home.served_model(None, None) == str(trained)  # built when an engine first loads it
     installed = home.install_trained(trained_checkpoint(tmp_path / "run" / "final"))
-    assert installed == composer_home / "models" / "composer-mini-trained"
-    assert home.served_model(None, None) == str(installed)
+    assert installed == trained and home.served_model(None, None) == str(installed)
+    # Your install is what loads: no build over it (a checkpoint_dir of it is just it).
+    assert home.checkpoint_dir(str(installed)) == installed
+    assert (installed / "model.safetensors").read_text() == "w1"
     assert (installed / "adapter" / "adapter_config.json").read_text() == '{"r": 16}'
     # An explicit model wins, and an endpoint picks its own when none is named.
     assert home.served_model("/ckpt", None) == "/ckpt"
@@ -61,7 +64,7 @@ def test_install_refuses_an_incomplete_checkpoint_and_keeps_the_installed_one(co
     assert home.is_complete_checkpoint(installed) and home.served_model(None, None) == str(installed)
 
 
-def test_composer_lsp_serves_the_installed_trained_model(composer_home, tmp_path, monkeypatch):
+def test_composer_lsp_serves_composer_mini_trained(composer_home, tmp_path, monkeypatch):
     from server import cli
 
     seen = {}
@@ -74,6 +77,5 @@ def test_composer_lsp_serves_the_installed_trained_model(composer_home, tmp_path
     workspace = tmp_path / "repo"
     workspace.mkdir()
     argv = ["--ws", "127.0.0.1:0", "--workspace", str(workspace), "--allow-unsandboxed"]
-    assert cli.main(argv) == 0 and seen.pop("model") is None
-    installed = home.install_trained(trained_checkpoint(tmp_path / "final"))
-    assert cli.main(argv) == 0 and seen.pop("model") == str(installed)
+    assert cli.main(argv) == 0 and seen.pop("model") == str(home.trained_model_dir())
+    assert cli.main([*argv, "--model", "/ckpt"]) == 0 and seen.pop("model") == "/ckpt"

@@ -96,9 +96,11 @@ def test_the_trained_model_is_built_once_from_the_base_and_the_adapter(base_and_
     base, model, fp32 = base_and_adapter
     monkeypatch.setenv("COMPOSER_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(home, "ensure_default_model", lambda: base)
-    assert home.served_model(None, None) is None  # nothing built until asked
-    built = home.ensure_trained_model(fp32)
-    assert built == home.trained_model_dir() and home.served_model(None, None) == str(built)
+    monkeypatch.setattr(home, "TRAINED_ADAPTER", fp32)
+    assert not home.trained_model_dir().exists()  # nothing built until an engine loads it
+    built = home.checkpoint_dir(home.served_model(None, None))  # what Engine.from_pretrained loads
+    assert built == home.trained_model_dir() and (built / home.BUILT_FROM).is_file()
+    assert home.checkpoint_dir(None) == base and home.checkpoint_dir(str(base)) == base
     assert (built / "tokenizer.json").read_text() == '{"model": "bytes"}'
     assert (built / "adapter" / ADAPTER_FILE).read_bytes() == (fp32 / ADAPTER_FILE).read_bytes()
     trained = load_model(built)

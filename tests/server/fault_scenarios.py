@@ -388,12 +388,24 @@ MAX_STEPS, MAX_CALLS = 25, 64
 """The loop's step budget and the calls it runs from one reply (agent/loop.py LoopConfig)."""
 
 
+def _letters(n: int) -> str:
+    """`n` in base 26 with letters: step names that differ without digits (which the loop's
+    repeat check masks)."""
+    word = chr(ord("a") + n % 26)
+    return word if n < 26 else _letters(n // 26 - 1) + word
+
+
 async def flood_of_malformed_calls(root: Path, calls: int = 50) -> Report:
     report = Report("model floods malformed tool calls", f"{calls} broken calls a step")
     workspace, logs = root / "ws", root / "logs"
     workspace.mkdir(parents=True)
-    flood = {"text": "", "tool_calls": [dict(BROKEN[i % len(BROKEN)], id=f"c{i}") for i in range(calls)]}
-    with ScriptedModel([[flood] * (MAX_STEPS + 10)]) as model:
+    # Each step's flood names another unknown tool, as a broken model's garbage changes: the
+    # same flood again would be a loop the agent stops after three steps (agent/repetition.py).
+    floods = [{"text": "", "tool_calls": [dict(BROKEN[i % len(BROKEN)], id=f"c{i}") for i in range(calls)]
+               + [{"name": f"no_such_tool_{_letters(step)}", "arguments": {}, "id": "odd"}]}
+              for step in range(MAX_STEPS + 10)]
+    flood = floods[0]
+    with ScriptedModel([floods]) as model:
         server = await Server.start(workspace, model.url, logs, root / "server.err")
         try:
             async with aiohttp.ClientSession() as http:
