@@ -41,6 +41,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from model.hf import atomic_write_text
+
 ADAPTER_DIR = "adapter"
 ADAPTER_FILE = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -132,9 +134,7 @@ def compact_adapter(source: str | Path, target: str | Path) -> Path:
     save_file({k: v.contiguous() for k, v in compact.items()}, str(tmp))
     os.chmod(tmp, 0o644)
     os.replace(tmp, target / ADAPTER_FILE)
-    tmp = target / (ADAPTER_CONFIG + ".tmp")
-    tmp.write_text(json.dumps({**config, "factors": "int8"}, indent=2) + "\n")
-    os.replace(tmp, target / ADAPTER_CONFIG)
+    atomic_write_text(target / ADAPTER_CONFIG, json.dumps({**config, "factors": "int8"}, indent=2) + "\n")
     return target
 
 

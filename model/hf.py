@@ -186,7 +186,8 @@ def load_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str) -> None:
+    """Writes `text` to `path` through a temporary file beside it and a rename."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
@@ -220,9 +221,9 @@ def save_checkpoint(
     os.chmod(tmp, 0o644)  # safetensors creates it owner-only; a server may run as another user
     os.replace(tmp, directory / "model.safetensors")
     dtype_name = str(dtype).removeprefix("torch.")
-    _atomic_write_text(directory / "config.json", json.dumps(config.to_hf_dict(dtype_name), indent=2) + "\n")
+    atomic_write_text(directory / "config.json", json.dumps(config.to_hf_dict(dtype_name), indent=2) + "\n")
     extra = [i for i in getattr(tokenizer, "stop_token_ids", []) if i != config.eos_token_id]
-    _atomic_write_text(
+    atomic_write_text(
         directory / "generation_config.json", json.dumps(generation_config(config, extra), indent=2) + "\n"
     )
     if tokenizer is not None:
