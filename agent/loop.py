@@ -17,8 +17,7 @@ Stop reasons are ACP's: end_turn, max_turn_requests, max_tokens, cancelled, refu
 fails (the model endpoint dies, the disk fills) logs an `error` record and raises; either way the
 conversation stays whole (every call of the last reply has a result) for the next turn. Broken
 calls cost one bounded note a step, and at most `max_calls_per_step` calls of a reply run. A turn
-that repeats its last steps, calls and results alike, `stop_repeats` times is told so and
-sampled at `escape_temperature` from then on, `loop_escapes` times; the next loop stops the turn
+that repeats its last steps, calls and results alike, `stop_repeats` times stops there
 (agent/repetition.py): a loop the model is not leaving costs a few steps, not all of them.
 """
 
@@ -35,7 +34,7 @@ from typing import Any
 from agent import events as ev
 from agent.policy import Policy, Reply
 from agent.redact import redact_obj
-from agent.repetition import RepetitionWatch, escape_note, repetition_message, step_signature
+from agent.repetition import RepetitionWatch, step_signature
 from agent.tools.base import ToolContext, ToolRegistry, ToolResult, truncate
 from agent.tools.files import files_read
 from agent.trajectory import Prompt, TokenStream, common_prefix
@@ -74,13 +73,8 @@ class LoopConfig:
     max_calls_per_step: int = 64
     """Tool calls run from one model reply; more are dropped, and the model is told."""
     stop_repeats: int = 3
-    """A loop: the turn's last steps repeat the steps before them this many times, the same calls
-    told the same results (agent/repetition.py); 0: never looked for."""
-    loop_escapes: int = 1
-    """Loops answered by telling the model and sampling the rest of the turn at
-    `escape_temperature`; the loop after them stops the turn (max_turn_requests)."""
-    escape_temperature: float = 0.7
-    """The sampler's temperature after an escape (the turn's own if higher)."""
+    """The turn stops (max_turn_requests) when its last steps repeat the steps before them this
+    many times, the same calls told the same results (agent/repetition.py); 0: never."""
 
 
 class _ContextFull(Exception):
@@ -230,7 +224,6 @@ class Agent:
     async def _steps(self, result: TurnResult) -> TurnResult:
         spent = 0
         repeats = RepetitionWatch(self.config.stop_repeats)
-        temperature, escapes = self.config.temperature, 0
         for step in range(self.config.max_steps):
             left = self.config.max_tokens_per_step
             if self.config.max_turn_tokens is not None:
@@ -240,7 +233,7 @@ class Agent:
                     return result
             result.steps = step + 1
             try:
-                reply, note = await self._model_step(left, temperature)
+                reply, note = await self._model_step(left)
             except _ContextFull as full:  # the model's work outgrew its context: its turn, not a fault
                 result.steps = step
                 self._log("error", message=str(full), kind="context_full", where=f"step {step + 1}", fatal=False)
@@ -260,26 +253,19 @@ class Agent:
             await self._run_calls(reply)
             self._correct(note)
             period = repeats.add(step_signature(reply.tool_calls, [m["content"] for m in self.messages[told:]]))
-            if period is not None and escapes < self.config.loop_escapes:
-                escapes += 1
-                temperature = max(temperature, self.config.escape_temperature)
-                self._repeating(period, step + 1, temperature)
-            elif period is not None:
-                self._repeating(period, step + 1, None)
+            if period is not None:
+                self._stop_repeating(period, step + 1)
                 break
         result.stop_reason = "max_turn_requests"
         return result
 
-    def _repeating(self, period: int, step: int, temperature: float | None) -> None:
-        """A loop seen at `step`: the user sees it and the log keeps it as a non-fatal error; with
-        a `temperature` (an escape) the model is told to leave it, else the turn ends here."""
-        loop = repetition_message(period, self.config.stop_repeats)
-        action = "Stopped" if temperature is None else f"Trying another way at temperature {temperature:g}"
-        message = f"{action}: {loop}."
+    def _stop_repeating(self, period: int, step: int) -> None:
+        """The user sees why the turn ended early; the log keeps it as a non-fatal error."""
+        steps = "step" if period == 1 else f"{period} steps"
+        message = (f"Stopped: the last {steps} repeated {self.config.stop_repeats} times with the same "
+                   "calls and the same results.")
         self._log("error", message=message, kind="repeating", where=f"step {step}", fatal=False)
         self._emit(ev.agent_message_chunk(f"\n\n[{message}]"))
-        if temperature is not None:
-            self.messages.append({"role": "user", "content": escape_note(loop)})
 
     def _correct(self, note: str) -> None:
         """Calls of the reply that did not run (malformed, past the per-reply limit): the harness
@@ -288,9 +274,9 @@ class Agent:
         if note:
             self.messages.append({"role": "user", "content": note})
 
-    async def _model_step(self, max_tokens: int, temperature: float) -> tuple[Reply, str]:
-        """One model call (at most `max_tokens`, sampled at `temperature`), its message added; with
-        the harness's note on the calls that did not run ("" when all did)."""
+    async def _model_step(self, max_tokens: int) -> tuple[Reply, str]:
+        """One model call (at most `max_tokens`), its message added; with the harness's note on
+        the calls that did not run ("" when all did)."""
         tools = self.tools.openai_tools()
         prompt = self._prompt(tools)
 
@@ -309,7 +295,7 @@ class Agent:
             options["quotes"] = await asyncio.to_thread(self._quotes)
         reply = await self.policy.complete(
             self.messages, tools, max_tokens=max_tokens,
-            temperature=temperature, on_text=on_text, **options,
+            temperature=self.config.temperature, on_text=on_text, **options,
         )
         dropped = len(reply.tool_calls[self.config.max_calls_per_step:])
         del reply.tool_calls[self.config.max_calls_per_step:]

@@ -11,10 +11,6 @@ when the last p * repeats steps are `repeats` copies of one p-step block.
 
     watch = RepetitionWatch(repeats=3)
     period = watch.add(step_signature(calls, told))   # None, or the loop's period
-
-What the loop does with a loop (agent/loop.py): the first time, it tells the model (escape_note)
-and samples the rest of the turn above temperature 0, so a greedy model's next step can differ;
-the next loop stops the turn.
 """
 
 from __future__ import annotations
@@ -28,18 +24,6 @@ from typing import Any
 MAX_PERIOD = 3
 """Longest loop looked for, in steps: longer cycles are rarer, and each repeat costs more."""
 _DIGITS = re.compile(r"\d+")
-
-
-def repetition_message(period: int, repeats: int) -> str:
-    """'the last 2 steps repeated 3 times with the same calls and the same results'."""
-    steps = "step" if period == 1 else f"{period} steps"
-    return f"the last {steps} repeated {repeats} times with the same calls and the same results"
-
-
-def escape_note(loop: str) -> str:
-    """What the model is told when its turn loops (`loop`: repetition_message's)."""
-    return (f"[harness] You are repeating yourself: {loop}, so doing them again will not help. "
-            "Do something else: read the code again and change another line, or answer.")
 
 
 def step_signature(calls: Iterable[Any], told: Iterable[str]) -> str:

@@ -67,10 +67,9 @@ async def test_a_flood_of_malformed_calls_is_one_bounded_note_a_step_within_the_
     notes = [m["content"] for m in policy.seen[-1] if str(m.get("content")).startswith("[harness]")]
     assert len(notes) == 3 and all(len(n) < 2500 for n in notes)
     assert "1000 tool call(s) could not be read" in notes[0] and "(and 995 more)" in notes[0]
-    # The same flood a third time is a loop: the model is told, and the same flood once more stops
-    # the turn (agent/repetition.py).
+    # The same flood a third time is a loop, and the turn stops there (agent/repetition.py).
     agent, policy = agent_with(tmp_path, [flood] * 10, config=LoopConfig(max_steps=25))
-    assert (await agent.run_turn("go")).stop_reason == "max_turn_requests" and len(policy.seen) == 4
+    assert (await agent.run_turn("go")).stop_reason == "max_turn_requests" and len(policy.seen) == 3
 
 
 async def test_fitting_a_long_conversation_counts_it_once_a_step(tmp_path):
