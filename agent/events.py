@@ -190,11 +190,6 @@ def text_content(text: str) -> dict[str, Any]:
     return {"type": "content", "content": text_block(text)}
 
 
-def block_content(block: dict[str, Any]) -> dict[str, Any]:
-    """Tool call content wrapping any ACP content block (image, resource, resource_link)."""
-    return {"type": "content", "content": block}
-
-
 def diff_content(path: str, old_text: str | None, new_text: str) -> dict[str, Any]:
     """Tool call content showing an edit; `old_text` None means a new file."""
     return {"type": "diff", "path": _absolute(path), "oldText": old_text, "newText": new_text}

@@ -201,12 +201,6 @@ class StalenessBuffer:
             self.pending.append(group)
         self._changed.set()
 
-    def abandon(self, job: int) -> None:
-        """A job that will not finish (its worker died): it is issued again."""
-        self.running.discard(job)
-        self._next = min(self._next, job)
-        self._changed.set()
-
     # ---- the trainer ----------------------------------------------------------------------------
 
     def ready(self) -> bool:

@@ -36,7 +36,7 @@ import subprocess
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -441,15 +441,6 @@ async def grade(base: Base, tests: Sequence[str], diff: str | None = None, *,
                            env.isolation, time.perf_counter() - started)
     finally:
         await env.close()
-
-
-def grade_summary(result: GradeResult) -> dict[str, Any]:
-    """A JSON-friendly summary (exit codes and output tails) for logs."""
-    data = asdict(result)
-    data["results"] = [{"exit_code": r.exit_code, "timed_out": r.timed_out,
-                        "duration_s": round(r.duration_s, 3), "output_tail": r.output[-500:]}
-                       for r in result.results]
-    return data
 
 
 Rollout = Callable[[Environment], Awaitable[Any]]
