@@ -24,6 +24,9 @@ lstat per entry and no reads. Measured with `python bench/checkpoints.py DIR...`
 on this 2-core machine while a benchmark shared it (two runs):
   first checkpoint 8.2-10.4 s (stores 90 MB), second (unchanged) 0.22-0.52 s, `rm -rf` of a
   7,828-path subtree then restore 1.6-4.9 s (backup checkpoint included), diff vs. now 0.5 s.
+On 9,932 files / 46 MB (torch/include and five pure-Python packages; AMD EPYC Zen 4, alone,
+2026-12-07), pruning to the newest of 3 checkpoints (7,820 objects deleted) took 0.15 s.
+Nothing prunes on its own: `composer-agent checkpoints --keep N` does, when the user asks.
 
 What is recorded (a deliberate choice; change it with CheckpointConfig):
   * every regular file, symlink (as a link, never followed) and directory (so empty ones come

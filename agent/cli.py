@@ -1,6 +1,7 @@
 """`composer-agent`: one headless agent turn from the command line.
 
     composer-agent run --workspace DIR [--json] [--endpoint URL] [--yes] [--allow-unsandboxed] "request"
+    composer-agent checkpoints --workspace DIR [--keep N]
 
 Without --endpoint the in-process engine runs composer-mini-trained (int4 weights): built once
 from composer-mini and the committed adapter by `make run`, `python -m model.home` or its first
@@ -15,6 +16,11 @@ The sandbox's isolation level is reported on stderr at start (and in the summary
 weaker than bubblewrap, every run_terminal command is refused, --yes or not, unless
 --allow-unsandboxed (or `allow_unsandboxed = true` in $XDG_CONFIG_HOME/composer/config.toml)
 says to run them anyway: agent/isolation.py.
+
+`checkpoints` says how many rewind points the workspace's store (.composer/checkpoints) holds and
+its size on disk; --keep N deletes all but the newest N and the objects only they used. Sessions
+never prune on their own (a rewind point is the user's); run --keep while no session works in the
+workspace, since one that is recording could reuse an object the prune deletes.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from pathlib import Path
 
+from agent.checkpoints import CheckpointStore
 from agent.isolation import OPT_IN_FLAG, IsolationStatus
 from agent.loop import LoopConfig
 from agent.sandbox import startup_isolation
@@ -50,7 +58,30 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(OPT_IN_FLAG, action="store_true",
                      help="run commands even where the sandbox is weaker than bubblewrap (unshare, none)")
     run.add_argument("--log-dir", type=Path, default=None, help="where session logs go")
+    stored = sub.add_parser("checkpoints", help="the workspace's checkpoints: how many, their size; --keep prunes")
+    stored.add_argument("--workspace", type=Path, default=Path.cwd(), help="the repository they record")
+    stored.add_argument("--keep", type=int, default=None, help="delete all but the newest KEEP checkpoints")
     return parser
+
+
+def _checkpoints(workspace: Path, keep: int | None) -> int:
+    """Prints the store's checkpoints and size; with `keep`, prunes it first."""
+    if not (workspace / ".composer" / "checkpoints").is_dir():
+        print(f"no checkpoints in {workspace}")
+        return 0
+    store = CheckpointStore(workspace)
+    if keep is not None:
+        if keep < 0:
+            print(f"--keep must be 0 or more, got {keep}", file=sys.stderr)
+            return 2
+        pruned = store.prune(keep)
+        print(f"deleted {pruned.checkpoints} checkpoints and {pruned.objects} objects ({pruned.bytes / 1e6:.1f} MB)")
+    kept = store.list()
+    size = sum(path.stat().st_size for path in store.store_dir.rglob("*") if path.is_file())
+    days = [time.strftime("%Y-%m-%d", time.localtime(cp.created)) for cp in kept[:1] + kept[-1:]]
+    span = f", {days[0]} to {days[-1]}" if days else ""
+    print(f"{len(kept)} checkpoints{span}: {size / 1e6:.1f} MB in {store.store_dir}")
+    return 0
 
 
 class _Printer:
@@ -116,6 +147,8 @@ def _failed(args: argparse.Namespace, session: Session, status: IsolationStatus,
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "checkpoints":
+        return _checkpoints(args.workspace.resolve(), args.keep)
     status = startup_isolation("composer-agent", args.workspace, args.allow_unsandboxed)
     if status is None:
         return 2

@@ -1,5 +1,6 @@
 """Checkpoint store timings on a real tree: a first checkpoint, an unchanged one, `rm -rf` of the
-biggest subdirectory then restore, and a diff (agent/checkpoints.py quotes the numbers).
+biggest subdirectory then restore, a diff, and a prune to the newest checkpoint (what
+`composer-agent checkpoints --keep 1` runs; agent/checkpoints.py quotes the numbers).
 
     python bench/checkpoints.py DIR...      # e.g. a copy of .venv/lib/python3.11/site-packages
 
@@ -31,9 +32,13 @@ def main(sources: list[str]) -> None:
         restored = store.restore(first.id)
         t1 = time.perf_counter()
         assert not store.diff(first.id)
+        t2 = time.perf_counter()
+        pruned = store.prune(keep=1)
+        t3 = time.perf_counter()
         print(f"{first.files} files, {first.bytes / 1e6:.0f} MB: first checkpoint {first.seconds:.2f} s "
               f"(stores {first.new_bytes / 1e6:.0f} MB), unchanged {second.seconds:.2f} s, rm -rf "
-              f"{len(restored.changes.added)} paths + restore {t1 - t0:.2f} s, diff {time.perf_counter() - t1:.2f} s")
+              f"{len(restored.changes.added)} paths + restore {t1 - t0:.2f} s, diff {t2 - t1:.2f} s, prune "
+              f"{pruned.checkpoints} of {pruned.checkpoints + 1} checkpoints ({pruned.objects} objects) {t3 - t2:.2f} s")
 
 
 if __name__ == "__main__":
