@@ -1,4 +1,4 @@
-"""`composer-agent`: one headless agent turn from the command line.
+"""`composer-agent`: one headless agent turn from the command line, and the workspace's checkpoints.
 
     composer-agent run --workspace DIR [--json] [--endpoint URL] [--yes] [--allow-unsandboxed] "request"
     composer-agent checkpoints --workspace DIR [--keep N]
