@@ -25,7 +25,7 @@ on this 2-core machine while a benchmark shared it (two runs):
   first checkpoint 8.2-10.4 s (stores 90 MB), second (unchanged) 0.22-0.52 s, `rm -rf` of a
   7,828-path subtree then restore 1.6-4.9 s (backup checkpoint included), diff vs. now 0.5 s.
 On 9,932 files / 46 MB (torch/include and five pure-Python packages; AMD EPYC Zen 4, alone,
-2026-12-07), pruning to the newest of 3 checkpoints (7,820 objects deleted) took 0.15 s.
+2026-12-07), pruning to the newest of 3 checkpoints (7,820 objects deleted) took 0.15-0.16 s.
 Nothing prunes on its own: `composer-agent checkpoints --keep N` does, when the user asks.
 
 What is recorded (a deliberate choice; change it with CheckpointConfig):
@@ -171,6 +171,11 @@ def _join(prefix: str, name: str) -> str:
     return f"{prefix}/{name}" if prefix else name
 
 
+def default_store_dir(workspace_root: Path) -> Path:
+    """Where a workspace's checkpoints live unless told otherwise: .composer/checkpoints."""
+    return Path(workspace_root).resolve() / ".composer" / "checkpoints"
+
+
 class CheckpointStore:
     def __init__(self, workspace_root: Path, store_dir: Path | None = None,
                  config: CheckpointConfig | None = None) -> None:
@@ -178,11 +183,10 @@ class CheckpointStore:
         if not self.root.is_dir():
             raise ValueError(f"workspace root {self.root} is not a directory")
         if store_dir is None:
-            composer = self.root / ".composer"
-            composer.mkdir(exist_ok=True)
-            if not (composer / ".gitignore").exists():
-                (composer / ".gitignore").write_text("*\n")
-            store_dir = composer / "checkpoints"
+            store_dir = default_store_dir(self.root)
+            store_dir.parent.mkdir(exist_ok=True)
+            if not (store_dir.parent / ".gitignore").exists():
+                (store_dir.parent / ".gitignore").write_text("*\n")
         self.store_dir = Path(store_dir).resolve()
         self.config = config or CheckpointConfig()
         self._objects = self.store_dir / "objects"

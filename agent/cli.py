@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from agent.checkpoints import CheckpointStore
+from agent.checkpoints import CheckpointStore, default_store_dir
 from agent.isolation import OPT_IN_FLAG, IsolationStatus
 from agent.loop import LoopConfig
 from agent.sandbox import startup_isolation
@@ -66,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _checkpoints(workspace: Path, keep: int | None) -> int:
     """Prints the store's checkpoints and size; with `keep`, prunes it first."""
-    if not (workspace / ".composer" / "checkpoints").is_dir():
+    if not default_store_dir(workspace).is_dir():
         print(f"no checkpoints in {workspace}")
         return 0
     store = CheckpointStore(workspace)
