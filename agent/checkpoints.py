@@ -9,12 +9,18 @@ tool calls that may write; rewind restores one.
     store.restore(cp.id)                           # the tree is as it was; a backup is taken first
     store.prune(keep=20)                           # drop old checkpoints, collect unused objects
 
+A store keeps its newest `CheckpointConfig.keep` checkpoints (300): when a new one makes more than
+a tenth over that, the oldest go and the objects only they used are deleted. Every store on one
+workspace, in any process, shares a lock (agent/store_lock.py): records, restores and diffs hold it
+shared, a prune alone, and an automatic prune that finds it held waits for a later checkpoint.
+
 Layout (git-like, content-addressed, nothing shared with the user's .git):
   objects/ab/cdef...  zlib-compressed, named by the sha256 of the uncompressed bytes: file contents
       ("blobs") and directory listings ("trees": JSON rows [name, kind, mode, ref, size, mtime_ns,
       ctime_ns, ino]; kind f|l|d; ref = blob hash | link target | subtree hash). An unchanged
       directory yields the same tree object: a checkpoint of a barely-changed repo is a few objects.
   refs/<id>.json  id, label, created, root tree hash, scan time and counts.
+  lock            the store's lock (agent/store_lock.py); objects are agent/object_store.py's.
 
 Cost: a file's contents are read only when its (size, mtime_ns, ctime_ns, inode) differ from the
 previous checkpoint's record (looked up by path, then by inode, so `mv dir` is free too), or when
@@ -25,8 +31,9 @@ on this 2-core machine while a benchmark shared it (two runs):
   first checkpoint 8.2-10.4 s (stores 90 MB), second (unchanged) 0.22-0.52 s, `rm -rf` of a
   7,828-path subtree then restore 1.6-4.9 s (backup checkpoint included), diff vs. now 0.5 s.
 On 9,932 files / 46 MB (torch/include and five pure-Python packages; AMD EPYC Zen 4, alone,
-2026-12-07), pruning to the newest of 3 checkpoints (7,820 objects deleted) took 0.15-0.16 s.
-Nothing prunes on its own: `composer-agent checkpoints --keep N` does, when the user asks.
+2026-12-07), pruning to the newest of 3 checkpoints (7,820 objects deleted) took 0.15-0.16 s, and
+the checkpoint after a one-file edit that prunes the store from 331 checkpoints to 300 took 0.18 s (0.11 s without).
+`composer-agent checkpoints --keep N` prunes to fewer when the user asks.
 
 What is recorded (a deliberate choice; change it with CheckpointConfig):
   * every regular file, symlink (as a link, never followed) and directory (so empty ones come
@@ -56,25 +63,19 @@ import stat
 import threading
 import time
 import warnings
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
+
+from agent.object_store import CheckpointCorrupt, CheckpointError, ObjectStore, write_atomic
+from agent.store_lock import StoreLock
 
 ALWAYS_EXCLUDED = frozenset({".git", ".composer"})
 """Names never recorded or touched, at any depth (file or directory)."""
 
 DEFAULT_EXCLUDE_DIRS = frozenset({"node_modules", ".venv", "venv", "__pycache__", ".mypy_cache",
                                   ".pytest_cache", ".ruff_cache", ".tox", ".nox", ".hypothesis"})
-
-
-class CheckpointError(Exception):
-    """A checkpoint that does not exist or cannot be used."""
-
-
-class CheckpointCorrupt(CheckpointError):
-    """An object in the store is missing or does not match its hash."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,6 +88,8 @@ class CheckpointConfig:
     """zlib level for stored objects: 1 is fast and already shrinks source text ~3x."""
     racy_ns: int = 2_000_000_000
     """Files modified this close to the previous scan are re-read even when their stat matches."""
+    keep: int | None = 300
+    """Checkpoints kept when new ones are recorded (pruned a tenth over it, so rarely); None keeps all."""
 
 
 class Entry(NamedTuple):
@@ -189,11 +192,11 @@ class CheckpointStore:
                 (store_dir.parent / ".gitignore").write_text("*\n")
         self.store_dir = Path(store_dir).resolve()
         self.config = config or CheckpointConfig()
-        self._objects = self.store_dir / "objects"
+        self._objects = ObjectStore(self.store_dir / "objects", self.config.compress_level)
         self._meta = self.store_dir / "refs"
-        self._objects.mkdir(parents=True, exist_ok=True)
         self._meta.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
+        self._store_lock = StoreLock(self.store_dir / "lock")
         self._trees: dict[str, dict[str, Entry]] = {}
         self._cache: tuple[str, int, dict[str, Entry]] | None = None
         """(checkpoint id, scan start, flat manifest) of the newest checkpoint: the stat cache."""
@@ -202,8 +205,20 @@ class CheckpointStore:
 
     def create(self, label: str = "") -> Checkpoint:
         """Records the workspace as it is now and returns the new checkpoint (published in refs/
-        once all its objects are whole: a full disk raises CheckpointError, losing nothing)."""
-        with self._lock, self._writing("record a checkpoint", "the checkpoints before it are intact"):
+        once all its objects are whole: a full disk raises CheckpointError, losing nothing).
+        Then prunes to `config.keep` when the store holds a tenth more."""
+        with self._lock:
+            cp = self._record(label)
+            keep = self.config.keep
+            if keep is not None and sum(1 for _ in self._meta.glob("*.json")) > keep + max(1, keep // 10):
+                try:
+                    self._prune(keep, wait=False)
+                except (CheckpointError, OSError) as err:  # the new checkpoint is whole; pruning waits
+                    warnings.warn(f"checkpoint {cp.id} recorded, but the store was not pruned: {err}", stacklevel=2)
+            return cp
+
+    def _record(self, label: str) -> Checkpoint:
+        with self._store_lock.shared(), self._writing("record a checkpoint", "the checkpoints before it are intact"):
             started = time.perf_counter()
             scanned_ns = time.time_ns()
             scan, root = self._scan(store=True)
@@ -213,7 +228,7 @@ class CheckpointStore:
                 bytes=scan.bytes, new_objects=scan.new_objects, new_bytes=scan.new_bytes,
                 seconds=round(time.perf_counter() - started, 4), skipped=tuple(scan.skipped),
             )
-            self._write_atomic(self._meta / f"{cp.id}.json", json.dumps(cp.__dict__).encode())
+            write_atomic(self._meta / f"{cp.id}.json", json.dumps(cp.__dict__).encode())
             self._cache = (cp.id, scanned_ns, scan.flat)
             return cp
 
@@ -232,25 +247,24 @@ class CheckpointStore:
 
     def diff(self, a: str, b: str | None = None) -> Changes:
         """What changed from checkpoint `a` to checkpoint `b` (default: the workspace now)."""
-        with self._lock:
+        with self._lock, self._store_lock.shared():
             return _changes(self._diff_trees(self.get(a).root, self._root_of(b)))
 
     def unified_diff(self, a: str, b: str | None = None, context: int = 3) -> str:
         """A git-style unified diff of the files changed from `a` to `b` (default: now)."""
         chunks = []
-        with self._lock:
-            changes = list(self._diff_trees(self.get(a).root, self._root_of(b)))
-        for path, old, new in changes:
-            if (old is None or old.kind == "d") and (new is None or new.kind == "d"):
-                continue
-            chunks.append(self._file_diff(path, old, new, b is None, context))
+        with self._lock, self._store_lock.shared():
+            for path, old, new in list(self._diff_trees(self.get(a).root, self._root_of(b))):
+                if (old is None or old.kind == "d") and (new is None or new.kind == "d"):
+                    continue
+                chunks.append(self._file_diff(path, old, new, b is None, context))
         return "".join(chunks)
 
     def restore(self, checkpoint_id: str, backup: bool = True) -> RestoreResult:
         """Returns the workspace to the checkpoint: rewrites changed files (atomically), recreates
         deleted ones, deletes what was created since, restores links, directories and modes.
         Every needed object is verified before anything is touched."""
-        with self._lock:
+        with self._lock, self._store_lock.shared():
             target = self.get(checkpoint_id)
             if backup:
                 saved = self.create(f"before restore of {checkpoint_id}")
@@ -260,7 +274,7 @@ class CheckpointStore:
             changes = list(self._diff_trees(current, target.root))
             for _, old, new in changes:
                 if new is not None and new.kind == "f" and new.ref and not _same_content(old, new):
-                    self._read_object(new.ref)  # raises CheckpointCorrupt before anything changes
+                    self._objects.read(new.ref)  # raises CheckpointCorrupt before anything changes
             kept = f"checkpoint {saved.id} holds it as it was before" if saved else "no backup was taken"
             with self._writing(f"restore {checkpoint_id}", f"the workspace is partly restored; {kept}"):
                 skipped = self._apply(changes)
@@ -275,26 +289,27 @@ class CheckpointStore:
                 self._cache = None
 
     def prune(self, keep: int) -> PruneResult:
-        """Keeps the `keep` newest checkpoints and deletes objects no kept checkpoint uses."""
+        """Keeps the `keep` newest checkpoints and deletes objects no kept checkpoint uses, once
+        no other store on this workspace is recording, restoring or diffing."""
         if keep < 0:
             raise ValueError(f"keep must be >= 0, got {keep}")
-        with self._lock:
+        pruned = self._prune(keep, wait=True)
+        assert pruned is not None
+        return pruned
+
+    def _prune(self, keep: int, wait: bool) -> PruneResult | None:
+        """The prune, or None when `wait` is False and another holds the store's lock."""
+        with self._lock, self._store_lock.exclusive(wait) as held:
+            if not held:
+                return None
             checkpoints = self.list()
             doomed = checkpoints[: max(0, len(checkpoints) - keep)]
-            for cp in doomed:
-                self.delete(cp.id)
             live: set[str] = set()
             for cp in checkpoints[len(doomed):]:
-                self._mark(cp.root, live)
-            objects = freed = 0
-            for path in self._objects.glob("*/*"):
-                if path.parent.name + path.name not in live:
-                    freed += path.stat().st_size
-                    path.unlink()
-                    objects += 1
-            for folder in self._objects.iterdir():
-                with contextlib.suppress(OSError):
-                    folder.rmdir()  # only when empty
+                self._mark(cp.root, live)  # first: a damaged store raises with nothing deleted
+            for cp in doomed:
+                self.delete(cp.id)
+            objects, freed = self._objects.sweep(live)
             self._trees = {h: t for h, t in self._trees.items() if h in live}
             return PruneResult(len(doomed), objects, freed)
 
@@ -396,34 +411,10 @@ class CheckpointStore:
 
     # ---- objects ------------------------------------------------------------------------------
 
-    def _object_path(self, digest: str) -> Path:
-        return self._objects / digest[:2] / digest[2:]
-
     def _put_object(self, digest: str, data: bytes, scan: _Scan) -> None:
-        path = self._object_path(digest)
-        if path.exists():
-            return
-        packed = zlib.compress(data, self.config.compress_level)
-        path.parent.mkdir(exist_ok=True)
-        self._write_atomic(path, packed)
-        scan.new_objects += 1
-        scan.new_bytes += len(packed)
-
-    def _read_object(self, digest: str) -> bytes:
-        path = self._object_path(digest)
-        try:
-            data = zlib.decompress(path.read_bytes())
-        except FileNotFoundError:
-            raise CheckpointCorrupt(
-                f"object {digest} is missing from {self._objects}; the checkpoint that needs it "
-                "cannot be restored (was the store pruned or edited by hand?)") from None
-        except zlib.error as err:
-            raise CheckpointCorrupt(f"object {path} is corrupt ({err}); delete the checkpoints "
-                                    "that use it or restore an older one") from None
-        if hashlib.sha256(data).hexdigest() != digest:
-            raise CheckpointCorrupt(f"object {path} does not match its hash {digest}: the store is "
-                                    "corrupt; delete the checkpoints that use it or restore an older one")
-        return data
+        stored = self._objects.put(digest, data)
+        scan.new_objects += stored > 0
+        scan.new_bytes += stored
 
     def _put_tree(self, rows: list[list], scan: _Scan) -> str:
         data = json.dumps(rows, separators=(",", ":")).encode()
@@ -436,7 +427,7 @@ class CheckpointStore:
     def _tree(self, digest: str) -> dict[str, Entry]:
         tree = self._trees.get(digest)
         if tree is None:
-            rows = json.loads(self._read_object(digest))
+            rows = json.loads(self._objects.read(digest))
             tree = self._trees[digest] = {row[0]: Entry(*row[1:]) for row in rows}
         return tree
 
@@ -519,24 +510,10 @@ class CheckpointStore:
                 if not target.exists():
                     skipped.append(path)
             else:
-                self._write_atomic(target, self._read_object(new.ref), new.mode)
+                write_atomic(target, self._objects.read(new.ref), new.mode)
         for target, mode in reversed(dir_modes):
             os.chmod(target, mode)
         return skipped
-
-    @staticmethod
-    def _write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
-        """A whole file at `path` or none: a failed write leaves no temporary behind."""
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-        try:
-            with open(tmp, "xb") as f:
-                f.write(data)
-                if mode is not None:
-                    os.fchmod(f.fileno(), mode)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
 
     # ---- unified diff -------------------------------------------------------------------------
 
@@ -565,7 +542,7 @@ class CheckpointStore:
         if not entry.ref:
             return None
         try:
-            data = (self.root / path).read_bytes() if on_disk else self._read_object(entry.ref)
+            data = (self.root / path).read_bytes() if on_disk else self._objects.read(entry.ref)
             return None if b"\0" in data else data.decode()
         except (UnicodeDecodeError, OSError):
             return None

@@ -18,9 +18,9 @@ weaker than bubblewrap, every run_terminal command is refused, --yes or not, unl
 says to run them anyway: agent/isolation.py.
 
 `checkpoints` says how many rewind points the workspace's store (.composer/checkpoints) holds and
-its size on disk; --keep N deletes all but the newest N and the objects only they used. Sessions
-never prune on their own (a rewind point is the user's); run --keep while no session works in the
-workspace, since one that is recording could reuse an object the prune deletes.
+its size on disk; --keep N deletes all but the newest N and the objects only they used. A store
+prunes itself to its newest 300 (CheckpointConfig.keep); --keep N goes further when asked. It waits
+for any session recording a checkpoint in the workspace, so it is safe beside a working server.
 """
 
 from __future__ import annotations

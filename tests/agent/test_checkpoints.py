@@ -255,7 +255,7 @@ def test_prune_keeps_needed_objects(ws: Path) -> None:
 def test_corrupt_or_missing_object_is_reported_before_anything_changes(ws: Path) -> None:
     store = CheckpointStore(ws)
     cp = store.create()
-    blob = store._object_path(store._tree(store._tree(store._tree(cp.root)["src"].ref)["pkg"].ref)["core.py"].ref)
+    blob = store._objects.path(store._tree(store._tree(store._tree(cp.root)["src"].ref)["pkg"].ref)["core.py"].ref)
     blob.write_bytes(zlib.compress(b"tampered"))
     (ws / "src/pkg/core.py").write_text("edited\n")
     (ws / "zzz_new.txt").write_text("new\n")

@@ -1,0 +1,93 @@
+"""The checkpoint store's objects: file contents and directory listings, each zlib-compressed in a
+file named by the sha256 of its uncompressed bytes (`ab/cdef...`), so equal contents are stored
+once. Reads verify the hash; writes are atomic, so a crash leaves whole objects or none.
+
+    objects = ObjectStore(store_dir / "objects", compress_level=1)
+    objects.put(digest, data)            # compressed bytes stored, 0 when it was there already
+    objects.read(digest)                 # the bytes, or CheckpointCorrupt
+    objects.sweep(live)                  # deletes every object not in `live`: (count, bytes)
+
+agent/checkpoints.py builds checkpoints on it and decides what is live.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import zlib
+from pathlib import Path
+
+
+class CheckpointError(Exception):
+    """A checkpoint that does not exist or cannot be used."""
+
+
+class CheckpointCorrupt(CheckpointError):
+    """An object in the store is missing or does not match its hash."""
+
+
+class ObjectStore:
+    def __init__(self, directory: Path, compress_level: int) -> None:
+        self.directory = directory
+        self.compress_level = compress_level
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def path(self, digest: str) -> Path:
+        return self.directory / digest[:2] / digest[2:]
+
+    def put(self, digest: str, data: bytes) -> int:
+        """Stores `data` under its `digest`; returns the compressed size, 0 when already stored."""
+        path = self.path(digest)
+        if path.exists():
+            return 0
+        packed = zlib.compress(data, self.compress_level)
+        path.parent.mkdir(exist_ok=True)
+        write_atomic(path, packed)
+        return len(packed)
+
+    def read(self, digest: str) -> bytes:
+        path = self.path(digest)
+        try:
+            data = zlib.decompress(path.read_bytes())
+        except FileNotFoundError:
+            raise CheckpointCorrupt(
+                f"object {digest} is missing from {self.directory}; the checkpoint that needs it "
+                "cannot be restored (was the store pruned or edited by hand?)") from None
+        except zlib.error as err:
+            raise CheckpointCorrupt(f"object {path} is corrupt ({err}); delete the checkpoints "
+                                    "that use it or restore an older one") from None
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise CheckpointCorrupt(f"object {path} does not match its hash {digest}: the store is "
+                                    "corrupt; delete the checkpoints that use it or restore an older one")
+        return data
+
+    def sweep(self, live: set[str]) -> tuple[int, int]:
+        """Deletes every object (and leftover temporary file) not in `live`, then the emptied
+        folders; returns how many files went and the bytes they held. The caller holds the
+        store's lock alone, so no checkpoint is being recorded."""
+        count = freed = 0
+        for path in self.directory.glob("*/*"):
+            if path.parent.name + path.name not in live:
+                freed += path.stat().st_size
+                path.unlink()
+                count += 1
+        for folder in self.directory.iterdir():
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
+        return count, freed
+
+
+def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
+    """A whole file at `path` or none: a failed write leaves no temporary behind."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            f.write(data)
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,57 @@
+"""The lock every user of one checkpoint store shares, across processes and threads: records,
+restores and diffs hold it shared, so they run side by side; a prune holds it alone, so it never
+deletes an object that a checkpoint being recorded has written or counted on but not yet published.
+
+    lock = StoreLock(store_dir / "lock")
+    with lock.shared():
+        ...                                  # write objects, publish a ref
+    with lock.exclusive(wait=False) as held:
+        if held:
+            ...                              # delete what no checkpoint uses
+
+It is flock(2) on a file in the store, taken on a descriptor of its own each time, so two stores
+opened on one workspace in one process (two sessions of a server) exclude each other like two
+processes do (an editor's server and `composer-agent checkpoints --keep N`). The kernel drops it
+when its holder dies, so a killed process never leaves the store locked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+
+class StoreLock:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        """Waits while a prune runs, then holds the lock beside other shared holders."""
+        fd = self._open()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    @contextlib.contextmanager
+    def exclusive(self, wait: bool = True) -> Iterator[bool]:
+        """Holds the lock alone and yields True; with `wait=False`, yields False at once when
+        anyone else holds it (a caller in this thread holding it shared included)."""
+        fd = self._open()
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
