@@ -91,6 +91,10 @@ class CheckpointConfig:
     keep: int | None = 300
     """Checkpoints kept when new ones are recorded (pruned a tenth over it, so rarely); None keeps all."""
 
+    def __post_init__(self) -> None:
+        if self.keep is not None and self.keep < 1:
+            raise ValueError(f"keep must be 1 or more (None keeps every checkpoint), got {self.keep}")
+
 
 class Entry(NamedTuple):
     kind: str
@@ -213,12 +217,12 @@ class CheckpointStore:
             if keep is not None and sum(1 for _ in self._meta.glob("*.json")) > keep + max(1, keep // 10):
                 try:
                     self._prune(keep, wait=False)
-                except (CheckpointError, OSError) as err:  # the new checkpoint is whole; pruning waits
+                except (CheckpointError, OSError, ValueError) as err:  # the new checkpoint is whole
                     warnings.warn(f"checkpoint {cp.id} recorded, but the store was not pruned: {err}", stacklevel=2)
             return cp
 
     def _record(self, label: str) -> Checkpoint:
-        with self._store_lock.shared(), self._writing("record a checkpoint", "the checkpoints before it are intact"):
+        with self._writing("record a checkpoint", "the checkpoints before it are intact"), self._store_lock.shared():
             started = time.perf_counter()
             scanned_ns = time.time_ns()
             scan, root = self._scan(store=True)
@@ -233,8 +237,15 @@ class CheckpointStore:
             return cp
 
     def list(self) -> list[Checkpoint]:
-        """All checkpoints, oldest first."""
-        found = (_load_checkpoint(path) for path in self._meta.glob("*.json"))
+        """All checkpoints, oldest first; a record that cannot be read is skipped with a warning."""
+        found = []
+        for path in self._meta.glob("*.json"):
+            try:
+                found.append(_load_checkpoint(path))
+            except FileNotFoundError:
+                continue  # a prune deleted it since the listing
+            except CheckpointCorrupt as err:
+                warnings.warn(str(err), stacklevel=2)
         return sorted(found, key=lambda cp: (cp.created, cp.id))
 
     def get(self, checkpoint_id: str) -> Checkpoint:
@@ -284,9 +295,12 @@ class CheckpointStore:
         """Forgets one checkpoint (its objects go at the next prune)."""
         with self._lock:
             self.get(checkpoint_id)  # raises for unknown ids
-            (self._meta / f"{checkpoint_id}.json").unlink()
-            if self._cache is not None and self._cache[0] == checkpoint_id:
-                self._cache = None
+            self._drop_ref(checkpoint_id)
+
+    def _drop_ref(self, checkpoint_id: str) -> None:
+        (self._meta / f"{checkpoint_id}.json").unlink(missing_ok=True)  # another store may have
+        if self._cache is not None and self._cache[0] == checkpoint_id:
+            self._cache = None
 
     def prune(self, keep: int) -> PruneResult:
         """Keeps the `keep` newest checkpoints and deletes objects no kept checkpoint uses, once
@@ -308,7 +322,7 @@ class CheckpointStore:
             for cp in checkpoints[len(doomed):]:
                 self._mark(cp.root, live)  # first: a damaged store raises with nothing deleted
             for cp in doomed:
-                self.delete(cp.id)
+                self._drop_ref(cp.id)
             objects, freed = self._objects.sweep(live)
             self._trees = {h: t for h, t in self._trees.items() if h in live}
             return PruneResult(len(doomed), objects, freed)
@@ -333,6 +347,8 @@ class CheckpointStore:
     # ---- scanning -----------------------------------------------------------------------------
 
     def _scan(self, store: bool) -> tuple[_Scan, str]:
+        if self._cache is not None and not (self._meta / f"{self._cache[0]}.json").exists():
+            self._cache = None  # another store pruned it: the objects it names may be gone
         if self._cache is None:
             latest = self.list()[-1:]
             try:
@@ -549,8 +565,11 @@ class CheckpointStore:
 
 
 def _load_checkpoint(path: Path) -> Checkpoint:
-    data = json.loads(path.read_text())
-    return Checkpoint(**{**data, "skipped": tuple(data.get("skipped", ()))})
+    try:
+        data = json.loads(path.read_text())
+        return Checkpoint(**{**data, "skipped": tuple(data.get("skipped", ()))})
+    except (ValueError, TypeError, AttributeError) as err:
+        raise CheckpointCorrupt(f"checkpoint record {path} cannot be read ({err}); delete it") from None
 
 
 def _same_content(old: Entry | None, new: Entry) -> bool:

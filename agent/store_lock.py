@@ -12,12 +12,15 @@ deletes an object that a checkpoint being recorded has written or counted on but
 It is flock(2) on a file in the store, taken on a descriptor of its own each time, so two stores
 opened on one workspace in one process (two sessions of a server) exclude each other like two
 processes do (an editor's server and `composer-agent checkpoints --keep N`). The kernel drops it
-when its holder dies, so a killed process never leaves the store locked.
+when its holder dies, so a killed process never leaves the store locked. A store this process
+cannot write (a read-only copy another workspace's replay restores from) is read without it.
+On NFS, flock becomes a POSIX record lock, which does not exclude two stores of one process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from collections.abc import Iterator
@@ -31,7 +34,13 @@ class StoreLock:
     @contextlib.contextmanager
     def shared(self) -> Iterator[None]:
         """Waits while a prune runs, then holds the lock beside other shared holders."""
-        fd = self._open()
+        try:
+            fd = self._open()
+        except OSError as err:
+            if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            yield  # the lock file cannot be made here, so neither can this process prune the store
+            return
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             yield
@@ -54,4 +63,4 @@ class StoreLock:
             os.close(fd)
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        return os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)

@@ -5,6 +5,7 @@ checkpoint it follows."""
 
 from __future__ import annotations
 
+import errno
 import threading
 import time
 import zlib
@@ -75,16 +76,89 @@ def test_a_prune_waits_for_a_checkpoint_being_recorded(tmp_path: Path) -> None:
     assert (tmp_path / "new.txt").read_text() == "only in the checkpoint being recorded\n"
 
 
+def test_a_prune_waits_for_a_restore(tmp_path: Path) -> None:
+    restoring, pruning = CheckpointStore(tmp_path), CheckpointStore(tmp_path)
+    _version(tmp_path, 1)
+    target = restoring.create("v1")
+    _version(tmp_path, 2)
+    applying, go_on = threading.Event(), threading.Event()
+    apply = restoring._apply
+
+    def pause_then_apply(changes):
+        applying.set()  # the objects are verified, none written yet
+        go_on.wait(10)
+        return apply(changes)
+
+    restoring._apply = pause_then_apply  # type: ignore[method-assign]
+    with ThreadPoolExecutor(2) as pool:
+        restored = pool.submit(restoring.restore, target.id, False)
+        assert applying.wait(10)
+        pruned = pool.submit(pruning.prune, 0)
+        time.sleep(0.3)
+        assert not pruned.done()  # without the lock it would delete v1's object under the restore
+        go_on.set()
+        restored.result(10), pruned.result(10)
+    assert (tmp_path / "app.py").read_text() == "VERSION = 1\n" * 50
+
+
+def test_a_store_whose_newest_checkpoint_another_pruned_records_whole_ones(tmp_path: Path) -> None:
+    session = CheckpointStore(tmp_path, config=CheckpointConfig(racy_ns=0))  # trusts a fresh stat
+    cli = CheckpointStore(tmp_path)
+    _version(tmp_path, 1)
+    session.create()  # its stat cache now names app.py's object
+    cli.prune(0)  # `composer-agent checkpoints --keep 0`: every object goes
+    cp = session.create()  # app.py unchanged: reused from the cache only if its record survives
+    _version(tmp_path, 2)
+    session.restore(cp.id, backup=False)
+    assert (tmp_path / "app.py").read_text() == "VERSION = 1\n" * 50
+
+
 def test_an_automatic_prune_does_not_wait_for_the_lock(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path, config=CheckpointConfig(keep=1))  # prunes past 2, to 1
-    with StoreLock(store.store_dir / "lock").shared():  # another process restoring, say
+
+    def record_four() -> None:
         for i in range(4):
             _version(tmp_path, i)
             store.create()
+
+    with StoreLock(store.store_dir / "lock").shared(), ThreadPoolExecutor(1) as pool:  # another process restoring
+        pool.submit(record_four).result(10)  # a TimeoutError, not a hang, if it waited
         assert len(store.list()) == 4  # past the limit, but the store was busy
     _version(tmp_path, 4)
     newest = store.create()
     assert [cp.id for cp in store.list()] == [newest.id]
+
+
+def test_keep_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="keep must be 1 or more"):
+        CheckpointConfig(keep=0)
+
+
+def test_an_unreadable_record_is_skipped_and_recording_goes_on(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, config=CheckpointConfig(keep=1))
+    (store.store_dir / "refs/0000000000000000-dead00.json").write_text("{not json")  # a hand edit
+    with pytest.warns(UserWarning, match="cannot be read"):
+        for i in range(3):
+            _version(tmp_path, i)
+            newest = store.create()
+        assert [cp.id for cp in store.list()] == [newest.id]
+
+
+def test_a_store_this_process_cannot_write_is_read_without_the_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = CheckpointStore(tmp_path)
+    _version(tmp_path, 1)
+    cp = store.create()
+    (store.store_dir / "lock").unlink()
+
+    def read_only(self: StoreLock) -> int:
+        raise OSError(errno.EROFS, "Read-only file system", str(self.path))
+
+    monkeypatch.setattr(StoreLock, "_open", read_only)
+    _version(tmp_path, 2)
+    assert store.diff(cp.id).modified == ("app.py",)
+    store.restore(cp.id, backup=False)
+    assert (tmp_path / "app.py").read_text() == "VERSION = 1\n" * 50
 
 
 def test_a_damaged_store_warns_and_keeps_the_new_checkpoint(tmp_path: Path) -> None:
