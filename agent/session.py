@@ -5,7 +5,7 @@ and RL rollouts all drive the agent through this class.
 
     session = await Session.create(SessionConfig(workspace=root), events=sink)
     result = await session.prompt("add a test for parse()")   # session.cancel() stops it
-    session.restore(session.last_checkpoint)                   # undo the turn, shell included
+    await session.restore(session.last_checkpoint)             # undo the turn, shell included
     session.close()
 
 The log gets the editor's outcome signals (agent/outcomes.py) where they become known: review
@@ -244,10 +244,14 @@ class Session:
         if self._turn is not None and not self._turn.done():
             self._turn.cancel()
 
-    def restore(self, checkpoint_id: str) -> Any:
+    async def restore(self, checkpoint_id: str) -> Any:
+        """Returns the workspace to a checkpoint, in a thread (a big tree takes seconds, and the
+        server's other sessions go on); refused while a turn runs, whose tools would write on."""
         if self.checkpoints is None:
             raise RuntimeError("checkpoints are off in this session")
-        result = self.checkpoints.restore(checkpoint_id)
+        if self._turn is not None and not self._turn.done():
+            raise RuntimeError("a turn is running in this session; cancel it before rewinding")
+        result = await self.checkpoints.arestore(checkpoint_id)
         self.log.write("restore", checkpoint_id=checkpoint_id, by="user")
         self.log.write("outcome", **undo_signal(checkpoint_id))
         return result

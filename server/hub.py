@@ -266,7 +266,7 @@ class SessionHub:
             self.sessions[session_id].cancel()
             await asyncio.wait({task}, timeout=10)
 
-    def rewind(self, params: Any) -> dict[str, Any]:
+    async def rewind(self, params: Any) -> dict[str, Any]:
         """Restores the workspace to a checkpoint (default: before the last turn's first
         change), shell-made changes included."""
         session = self.session(params)
@@ -274,7 +274,7 @@ class SessionHub:
         if checkpoint is None:
             raise RequestError(f"session {session.id} has no checkpoint to go back to")
         try:
-            result = session.restore(checkpoint)
+            result = await session.restore(checkpoint)
         except (CheckpointError, RuntimeError) as err:
             raise RequestError(str(err)) from None
         return {"checkpointId": checkpoint, "changes": result.changes.to_dict(),

@@ -258,8 +258,8 @@ class ComposerServer(LanguageServer):
         async def fix_diagnostic(uri: str, diagnostic: dict, *session_id: str) -> dict[str, Any]:
             return await self._command_prompt(fix_request(self, uri, diagnostic), *session_id[:1])
 
-        def rewind(session_id: str) -> dict[str, Any]:
-            return self.hub.rewind({"sessionId": session_id})
+        async def rewind(session_id: str) -> dict[str, Any]:
+            return await self.hub.rewind({"sessionId": session_id})
 
         for name, fn in zip(COMMANDS, (prompt, fix_diagnostic, rewind)):
             self.command(name)(_errors_as_rpc(fn))

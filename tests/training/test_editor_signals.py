@@ -7,6 +7,7 @@ Run: .venv/bin/python -m pytest tests/training/test_editor_signals.py
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from pathlib import Path
 
@@ -73,11 +74,36 @@ async def test_a_reviewed_turn_records_verdicts_and_its_tests_after_the_last_edi
     (tests,) = [o for o in found if o["signal"] == "tests_passed_after_edit"]
     assert tests["value"] is True and tests["reward"] == 1.0 and "pytest" in tests["detail"]["command"]
     # a rewind throws the turn away: turn_undone
-    session.restore(session.agent.turn_checkpoint)
+    await session.restore(session.agent.turn_checkpoint)
     assert (root / "a.py").read_text() == "A = 1\n"
     undone = outcome_records(session.log_path)[-1]
     assert undone["signal"] == "turn_undone" and undone["reward"] == -1.0
     assert editor_reward(read_session(session.log_path)) == pytest.approx(0.0)  # (1 - 1 + 1 - 1) / 4
+    session.close()
+
+
+async def test_a_rewind_is_refused_while_the_turn_runs_and_works_after_it(tmp_path):
+    root = workspace(tmp_path)
+    asked, answered = asyncio.Event(), asyncio.Event()
+
+    async def ask(proposal: dict, decision) -> str:
+        asked.set()
+        await answered.wait()  # the person has not answered yet: the turn is running
+        return "allow_once"
+
+    replies = [calls(edit("a.py", "A = 1", "A = 2")), Reply("A is 2.", [], "stop")]
+    session = await open_session(root, tmp_path, replies)
+    session.agent.ask = ask
+    session.agent.permissions = session.agent.permissions.extended([Rule("edit_file", "ask", path="**")])
+    turn = asyncio.ensure_future(session.prompt("make A two"))
+    await asyncio.wait_for(asked.wait(), 10)
+    with pytest.raises(RuntimeError, match="a turn is running"):
+        await session.restore(session.last_checkpoint or "none yet")
+    answered.set()
+    await turn
+    assert (root / "a.py").read_text() == "A = 2\n"
+    await session.restore(session.agent.turn_checkpoint)
+    assert (root / "a.py").read_text() == "A = 1\n"
     session.close()
 
 
