@@ -1,12 +1,20 @@
 """Permission rule files: the workspace's and the user's, layered over a preset, and the trust a
 workspace's own file needs before it may allow anything.
 
-    policy = load_policy(workspace_root)   # default_editor_policy() + workspace file + user file
+    policy = load_policy(workspace_root)   # preset + workspace file + user file + "always" answers
     trust_workspace(workspace_root)        # `composer-lsp --trust-workspace DIR`
 
 Rule files: `.composer/permissions.json` (or `.toml`) in the workspace, and
 `$XDG_CONFIG_HOME/composer/permissions.json` for the user: a list of rules or `{"default":
 "ask", "rules": [...]}` (TOML: `default = ...` and `[[rules]]`). Errors name file and rule index.
+
+"Always allow" and "Always reject" answers are kept for the workspace, in the user's
+`$XDG_CONFIG_HOME/composer/answers/<workspace name>-<hash of its path>.json` (a list of rules, as
+above; a `default` there is ignored), and apply to every later session there until the file is
+deleted. They are the user's own answers, so they need no trust; they never go into the
+workspace, whose files a repository brings. They come last, so only a deny rule elsewhere
+overrides them, and they belong to the path: another repository cloned at the same path later
+inherits them (delete the file).
 
 The opt-in to run commands where the sandbox is weaker than bubblewrap is not a rule: it lives
 in the user's `$XDG_CONFIG_HOME/composer/config.toml` (agent/isolation.py), never in a workspace.
@@ -23,6 +31,8 @@ Tests: .venv/bin/python -m pytest tests/agent/test_permissions.py
 
 from __future__ import annotations
 
+import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -66,7 +76,30 @@ def save_rules(path: Path, rules: Iterable[Rule], default: Action | None = None)
     if default is not None:
         data["default"] = default
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    atomic_write(path, (json.dumps(data, indent=2) + "\n").encode())
+
+
+def workspace_answers_file(workspace_root: Path) -> Path:
+    """Where the user's "always" answers in this workspace are kept (in the user's config)."""
+    root = Path(workspace_root).resolve()
+    tag = hashlib.sha256(os.fsencode(root)).hexdigest()[:16]
+    return _config_dir() / "answers" / f"{root.name[:64] or 'root'}-{tag}.json"
+
+
+def remember_answers(path: Path, rules: list[Rule]) -> None:
+    """Adds `rules` to the answers file, keeping what other sessions added meanwhile (under a
+    lock). A file that cannot be read or written is logged and left alone: the answers still hold
+    for this session."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            kept = load_rules(path)[0] if path.is_file() else []
+            new = [rule for rule in rules if rule not in kept]
+            if new:
+                save_rules(path, [*kept, *new])
+    except (OSError, ValueError) as err:
+        log.warning("could not keep %d answer(s) in %s: %s; they hold for this session only", len(rules), path, err)
 
 
 def user_permissions_file() -> Path:
@@ -133,12 +166,14 @@ def _without_untrusted(path: Path, rules: list[Rule], default: Action | None,
     return kept, None if loose_default else default
 
 
-def load_policy(workspace_root: Path, *, user_file: Path | None = None,
-                base: PermissionPolicy | None = None, trust_file: Path | None = None) -> PermissionPolicy:
-    """`base` (default_editor_policy) + the workspace's rules + the user's rules, in that order:
-    later rules override earlier ones and any deny wins. A file's `default` replaces the base's.
-    The workspace file's allow rules and allow default count only if the user trusted it as it is
-    (`trust_file`, default trusted_workspaces_file())."""
+def load_policy(workspace_root: Path, *, user_file: Path | None = None, base: PermissionPolicy | None = None,
+                trust_file: Path | None = None, answers_file: Path | None = None) -> PermissionPolicy:
+    """`base` (default_editor_policy) + the workspace's rules + the user's rules + the user's
+    "always" answers in this workspace (`answers_file`, default workspace_answers_file()), in that
+    order: later rules override earlier ones and any deny wins. A file's `default` replaces the
+    base's. The workspace file's allow rules and allow default count only if the user trusted it
+    as it is (`trust_file`, default trusted_workspaces_file()). New "always" answers are added to
+    `answers_file`."""
     workspace_root = Path(workspace_root).resolve()
     policy = (base or default_editor_policy()).extended([])
     policy.workspace_root = workspace_root
@@ -151,4 +186,8 @@ def load_policy(workspace_root: Path, *, user_file: Path | None = None,
         policy = policy.extended(*load_rules(user))
     elif user_file is not None:
         raise ValueError(f"permissions file {user} does not exist")
+    answers = answers_file or workspace_answers_file(workspace_root)
+    if answers.is_file():
+        policy = policy.extended(load_rules(answers)[0])
+    policy.on_remember = functools.partial(remember_answers, answers)
     return policy

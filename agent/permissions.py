@@ -33,8 +33,8 @@ judged as paths of `run_terminal`. What bashlex cannot parse, and commands named
 (`$CMD`, `bash -c "$X"`), are one opaque part: deny and ask patterns apply, but only an exact
 pattern or a pattern-less rule allows it, never a pattern matching a prefix of it.
 
-Rule files, and the trust a workspace's own file needs before it may allow anything:
-agent/permission_files.py (`load_policy`).
+Rule files, the trust a workspace's own file needs before it may allow anything, and where
+"always" answers are kept for later sessions: agent/permission_files.py (`load_policy`).
 
 Tests: .venv/bin/python -m pytest tests/agent/test_permissions.py
 """
@@ -157,6 +157,12 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
         return re.escape(token)
 
     return re.compile("".join(one(t) for t in _GLOB_TOKEN.findall(pattern)))
+
+
+def _exact_path(path: str) -> str:
+    """A pattern that matches exactly the normalised `path`: a top-level name is anchored (`./`),
+    since a pattern without `/` matches the name in every folder (`config` would match `.git/config`)."""
+    return escape_glob(path) if "/" in path else "./" + escape_glob(path)
 
 
 def _path_match(pattern: str, path: str) -> bool:
@@ -431,7 +437,9 @@ class PermissionPolicy:
         """Set when commands would run with a sandbox weaker than bubblewrap: every run_terminal
         call then asks (once only) with this warning, whatever the rules say."""
         self.learned: list[Rule] = []
-        """Rules added by "always" answers, in order (the caller may save them)."""
+        """Rules added by "always" answers, in order."""
+        self.on_remember: Callable[[list[Rule]], None] | None = None
+        """Called with the rules each "always" answer adds (load_policy keeps them for the workspace)."""
 
     def _norm(self, path: str) -> str:
         if path.startswith("~"):
@@ -496,12 +504,14 @@ class PermissionPolicy:
         added = []
         for part in decision.asked:
             command = escape_glob(part.text) if part.kind == "command" else None
-            path = escape_glob(self._norm(part.text)) if part.kind in ("write", "path") else None
+            path = _exact_path(self._norm(part.text)) if part.kind in ("write", "path") else None
             rule = Rule(tool_name, action, command, path, source)
             if rule not in self.rules:
                 self.rules.append(rule)
                 self.learned.append(rule)
                 added.append(rule)
+        if added and self.on_remember is not None:
+            self.on_remember(added)
         return added
 
     async def check(self, tool_name: str, args: dict[str, Any], ask: AskFn, *,
@@ -521,10 +531,13 @@ class PermissionPolicy:
 
     def extended(self, rules: Iterable[Rule], default: Action | None = None, *,
                  mode: str | None = None) -> PermissionPolicy:
-        """A copy with `rules` after these (so they override them) and maybe a new default or mode."""
-        return PermissionPolicy([*self.rules, *rules], default or self.default,
+        """A copy with `rules` after these (so they override them) and maybe a new default or mode;
+        its "always" answers are kept where this policy's are."""
+        copy = PermissionPolicy([*self.rules, *rules], default or self.default,
                                 read_only_tools=self.read_only_tools, workspace_root=self.workspace_root,
                                 mode=mode or self.mode, terminal_notice=self.terminal_notice)
+        copy.on_remember = self.on_remember
+        return copy
 
 
 # ---- presets -----------------------------------------------------------------------------------

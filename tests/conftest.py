@@ -5,9 +5,12 @@ Run: .venv/bin/python -m pytest tests/
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import os
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +23,10 @@ os.environ.setdefault("COMPOSER_INDEX", "off")
 # Nor do their engines commit ~3 GB of KV memory ahead of use (model/prefault.py): they live
 # seconds, and on these VMs committing it takes ~45 s of CPU. Tests of prefaulting turn it on.
 os.environ.setdefault("COMPOSER_PREFAULT", "0")
+# Nor do they read or write the user's config ($XDG_CONFIG_HOME/composer: permission rules, kept
+# "always" answers, trusted workspaces, the sandbox opt-in): a run starts from an empty one.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="composer-tests-config-")
+atexit.register(shutil.rmtree, os.environ["XDG_CONFIG_HOME"], ignore_errors=True)
 
 
 @dataclass(frozen=True)
