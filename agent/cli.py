@@ -1,7 +1,9 @@
-"""`composer-agent`: one headless agent turn from the command line, and the workspace's checkpoints.
+"""`composer-agent`: one headless agent turn from the command line, the workspace's checkpoints,
+and the permission answers kept for it.
 
     composer-agent run --workspace DIR [--json] [--endpoint URL] [--yes] [--allow-unsandboxed] "request"
     composer-agent checkpoints --workspace DIR [--keep N]
+    composer-agent answers --workspace DIR [--forget]
 
 Without --endpoint the in-process engine runs composer-mini-trained (int4 weights): built once
 from composer-mini and the committed adapter by `make run`, `python -m model.home` or its first
@@ -21,6 +23,10 @@ says to run them anyway: agent/isolation.py.
 its size on disk; --keep N deletes all but the newest N and the objects only they used. A store
 prunes itself to its newest 300 (CheckpointConfig.keep); --keep N goes further when asked. It waits
 for any session recording a checkpoint in the workspace, so it is safe beside a working server.
+
+`answers` lists the "Always allow" / "Always reject" answers kept for the workspace (in
+$XDG_CONFIG_HOME/composer/answers/, agent/permission_files.py); --forget deletes them, so later
+sessions ask again (one already running keeps them until it ends).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from pathlib import Path
 from agent.checkpoints import CheckpointStore, default_store_dir
 from agent.isolation import OPT_IN_FLAG, IsolationStatus
 from agent.loop import LoopConfig
+from agent.permission_files import load_rules, workspace_answers_file
 from agent.sandbox import startup_isolation
 from agent.session import Session, SessionConfig
 from model.home import served_model
@@ -61,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     stored = sub.add_parser("checkpoints", help="the workspace's checkpoints: how many, their size; --keep prunes")
     stored.add_argument("--workspace", type=Path, default=Path.cwd(), help="the repository they record")
     stored.add_argument("--keep", type=int, default=None, help="delete all but the newest KEEP checkpoints")
+    answers = sub.add_parser("answers", help='the "always" permission answers kept for the workspace; --forget deletes them')
+    answers.add_argument("--workspace", type=Path, default=Path.cwd(), help="the repository they were given in")
+    answers.add_argument("--forget", action="store_true", help="delete them: later sessions ask again")
     return parser
 
 
@@ -81,6 +91,27 @@ def _checkpoints(workspace: Path, keep: int | None) -> int:
     days = [time.strftime("%Y-%m-%d", time.localtime(cp.created)) for cp in kept[:1] + kept[-1:]]
     span = f", {days[0]} to {days[-1]}" if days else ""
     print(f"{len(kept)} checkpoints{span}: {size / 1e6:.1f} MB in {store.store_dir}")
+    return 0
+
+
+def _answers(workspace: Path, forget: bool) -> int:
+    """Prints the answers kept for the workspace; with `forget`, deletes them (even unreadable)."""
+    path = workspace_answers_file(workspace)
+    if not path.is_file():
+        print(f"no answers kept for {workspace}")
+        return 0
+    if forget:
+        path.unlink()
+        print(f"forgot the answers kept for {workspace} ({path} deleted); a session already running keeps them until it ends")
+        return 0
+    try:
+        rules = load_rules(path)[0]
+    except ValueError as err:
+        print(f"{err}\n--forget deletes the file", file=sys.stderr)
+        return 1
+    print(f"{len(rules)} answers kept for {workspace} in {path}:")
+    for rule in rules:
+        print(f"  {rule.action} {rule.tool}: {rule.command if rule.command is not None else rule.path}")
     return 0
 
 
@@ -149,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "checkpoints":
         return _checkpoints(args.workspace.resolve(), args.keep)
+    if args.command == "answers":
+        return _answers(args.workspace.resolve(), args.forget)
     status = startup_isolation("composer-agent", args.workspace, args.allow_unsandboxed)
     if status is None:
         return 2
