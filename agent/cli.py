@@ -2,7 +2,7 @@
 and the permission answers kept for it.
 
     composer-agent run --workspace DIR [--json] [--endpoint URL] [--yes] [--allow-unsandboxed] "request"
-    composer-agent checkpoints --workspace DIR [--keep N]
+    composer-agent checkpoints --workspace DIR [--list | --diff ID | --restore ID | --keep N]
     composer-agent answers --workspace DIR [--forget]
 
 Without --endpoint the in-process engine runs composer-mini-trained (int4 weights): built once
@@ -19,14 +19,7 @@ weaker than bubblewrap, every run_terminal command is refused, --yes or not, unl
 --allow-unsandboxed (or `allow_unsandboxed = true` in $XDG_CONFIG_HOME/composer/config.toml)
 says to run them anyway: agent/isolation.py.
 
-`checkpoints` says how many rewind points the workspace's store (.composer/checkpoints) holds and
-its size on disk; --keep N deletes all but the newest N and the objects only they used. A store
-prunes itself to its newest 300 (CheckpointConfig.keep); --keep N goes further when asked. It waits
-for any session recording a checkpoint in the workspace, so it is safe beside a working server.
-
-`answers` lists the "Always allow" / "Always reject" answers kept for the workspace (in
-$XDG_CONFIG_HOME/composer/answers/, agent/permission_files.py); --forget deletes them, so later
-sessions ask again (one already running keeps them until it ends).
+`checkpoints` and `answers`, what the workspace keeps between sessions: agent/workspace_cli.py.
 """
 
 from __future__ import annotations
@@ -35,13 +28,11 @@ import argparse
 import asyncio
 import json
 import sys
-import time
 from pathlib import Path
 
-from agent.checkpoints import CheckpointStore, default_store_dir
+from agent import workspace_cli
 from agent.isolation import OPT_IN_FLAG, IsolationStatus
 from agent.loop import LoopConfig
-from agent.permission_files import load_rules, workspace_answers_file
 from agent.sandbox import startup_isolation
 from agent.session import Session, SessionConfig
 from model.home import served_model
@@ -65,54 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(OPT_IN_FLAG, action="store_true",
                      help="run commands even where the sandbox is weaker than bubblewrap (unshare, none)")
     run.add_argument("--log-dir", type=Path, default=None, help="where session logs go")
-    stored = sub.add_parser("checkpoints", help="the workspace's checkpoints: how many, their size; --keep prunes")
-    stored.add_argument("--workspace", type=Path, default=Path.cwd(), help="the repository they record")
-    stored.add_argument("--keep", type=int, default=None, help="delete all but the newest KEEP checkpoints")
-    answers = sub.add_parser("answers", help='the "always" permission answers kept for the workspace; --forget deletes them')
-    answers.add_argument("--workspace", type=Path, default=Path.cwd(), help="the repository they were given in")
-    answers.add_argument("--forget", action="store_true", help="delete them: later sessions ask again")
+    workspace_cli.add_parsers(sub)
     return parser
-
-
-def _checkpoints(workspace: Path, keep: int | None) -> int:
-    """Prints the store's checkpoints and size; with `keep`, prunes it first."""
-    if not default_store_dir(workspace).is_dir():
-        print(f"no checkpoints in {workspace}")
-        return 0
-    store = CheckpointStore(workspace)
-    if keep is not None:
-        if keep < 0:
-            print(f"--keep must be 0 or more, got {keep}", file=sys.stderr)
-            return 2
-        pruned = store.prune(keep)
-        print(f"deleted {pruned.checkpoints} checkpoints and {pruned.objects} objects ({pruned.bytes / 1e6:.1f} MB)")
-    kept = store.list()
-    size = sum(path.stat().st_size for path in store.store_dir.rglob("*") if path.is_file())
-    days = [time.strftime("%Y-%m-%d", time.localtime(cp.created)) for cp in kept[:1] + kept[-1:]]
-    span = f", {days[0]} to {days[-1]}" if days else ""
-    print(f"{len(kept)} checkpoints{span}: {size / 1e6:.1f} MB in {store.store_dir}")
-    return 0
-
-
-def _answers(workspace: Path, forget: bool) -> int:
-    """Prints the answers kept for the workspace; with `forget`, deletes them (even unreadable)."""
-    path = workspace_answers_file(workspace)
-    if not path.is_file():
-        print(f"no answers kept for {workspace}")
-        return 0
-    if forget:
-        path.unlink()
-        print(f"forgot the answers kept for {workspace} ({path} deleted); a session already running keeps them until it ends")
-        return 0
-    try:
-        rules = load_rules(path)[0]
-    except ValueError as err:
-        print(f"{err}\n--forget deletes the file", file=sys.stderr)
-        return 1
-    print(f"{len(rules)} answers kept for {workspace} in {path}:")
-    for rule in rules:
-        print(f"  {rule.action} {rule.tool}: {rule.command if rule.command is not None else rule.path}")
-    return 0
 
 
 class _Printer:
@@ -178,10 +123,8 @@ def _failed(args: argparse.Namespace, session: Session, status: IsolationStatus,
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "checkpoints":
-        return _checkpoints(args.workspace.resolve(), args.keep)
-    if args.command == "answers":
-        return _answers(args.workspace.resolve(), args.forget)
+    if args.command in ("checkpoints", "answers"):
+        return workspace_cli.run(args)
     status = startup_isolation("composer-agent", args.workspace, args.allow_unsandboxed)
     if status is None:
         return 2

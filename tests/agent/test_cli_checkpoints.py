@@ -1,4 +1,5 @@
-"""`composer-agent checkpoints`: the workspace's rewind points counted and sized, and pruned to the
+"""`composer-agent checkpoints`: the workspace's rewind points listed, diffed and restored (a shell
+change rewound, and the backup undoing it), counted and sized, and pruned to the
 newest N with the objects only the deleted ones used; the kept ones still restore byte for byte."""
 
 from __future__ import annotations
@@ -39,3 +40,37 @@ def test_a_negative_keep_is_refused_and_deletes_nothing(tmp_path, capsys):
     store.create()
     assert main(["checkpoints", "--workspace", str(tmp_path), "--keep", "-1"]) == 2
     assert "--keep must be 0 or more" in capsys.readouterr().err and len(store.list()) == 1
+
+
+def test_list_diff_and_restore_rewind_a_shell_change_and_the_backup_undoes_it(tmp_path, capsys):
+    store = CheckpointStore(tmp_path)
+    (tmp_path / "a.py").write_text("A = 1\n")
+    (tmp_path / "notes.txt").write_text("keep me\n")
+    before = store.create("before run_terminal")
+    (tmp_path / "a.py").write_text("A = 2\n")
+    (tmp_path / "notes.txt").unlink()  # what `rm` in a terminal does
+
+    assert main(["checkpoints", "--workspace", str(tmp_path), "--list"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(before.id + "  ") and line.endswith("  before run_terminal")
+
+    assert main(["checkpoints", "--workspace", str(tmp_path), "--diff", before.id]) == 0
+    diff = capsys.readouterr().out
+    assert "-A = 1\n+A = 2\n" in diff and "diff --git a/notes.txt b/notes.txt" in diff
+
+    assert main(["checkpoints", "--workspace", str(tmp_path), "--restore", before.id]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"restored {before.id}: 1 added, 1 modified, 0 deleted")
+    assert (tmp_path / "a.py").read_text() == "A = 1\n" and (tmp_path / "notes.txt").read_text() == "keep me\n"
+    undo = out.rsplit("--restore ", 1)[1].strip()
+    assert main(["checkpoints", "--workspace", str(tmp_path), "--restore", undo]) == 0
+    assert (tmp_path / "a.py").read_text() == "A = 2\n" and not (tmp_path / "notes.txt").exists()
+
+
+def test_an_unknown_checkpoint_is_an_error_that_names_the_latest(tmp_path, capsys):
+    (tmp_path / "a.py").write_text("x\n")
+    latest = CheckpointStore(tmp_path).create()
+    assert main(["checkpoints", "--workspace", str(tmp_path), "--restore", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert "no checkpoint 'nope'" in err and latest.id in err
+    assert (tmp_path / "a.py").read_text() == "x\n"
