@@ -135,6 +135,21 @@ def tool_title(name: str, arguments: Any) -> str:
     return f"{name} {detail}".strip()[:200]
 
 
+def checkpoint_label(calls: list[ToolCall]) -> str:
+    """What a checkpoint comes before: each call's tool and path, or its command's program (never
+    the command's arguments, which may hold a secret), as `composer-agent checkpoints --list` shows."""
+    def one(call: ToolCall) -> str:
+        args = call.arguments if isinstance(call.arguments, dict) else {}
+        path, command = args.get("path"), args.get("command")
+        if isinstance(path, str) and path:
+            return f"{call.name} {path}"
+        if isinstance(command, str) and command.split():
+            return f"{call.name} {command.split()[0]}"
+        return call.name
+
+    return ("before " + ", ".join(one(c) for c in calls))[:200]
+
+
 class Agent:
     def __init__(
         self,
@@ -411,7 +426,7 @@ class Agent:
         allowed = [not ok or await self._permitted(c) for ok, c in zip(valid, calls)]
         writes = any(ok and fine and not self._read_only(c) for ok, fine, c in zip(allowed, valid, calls))
         if self.checkpoints is not None and writes:
-            checkpoint = await asyncio.to_thread(self.checkpoints.create, f"before {', '.join(c.name for c in calls)}")
+            checkpoint = await asyncio.to_thread(self.checkpoints.create, checkpoint_label(calls))
             self.last_checkpoint = checkpoint.id
             self._turn_base = self._turn_base or checkpoint.id
             self._log("checkpoint", checkpoint_id=checkpoint.id, label=checkpoint.label)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from agent.loop import SHORTENED_NOTE, Agent, LoopConfig
+from agent.loop import SHORTENED_NOTE, Agent, LoopConfig, checkpoint_label
 from agent.permissions import PermissionPolicy
 from agent.policy import Reply
 from agent.tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
@@ -189,8 +189,16 @@ async def test_a_turn_that_writes_logs_its_final_diff_and_can_be_undone(tmp_path
     assert (tmp_path / "a.py").read_text() == "x = 2\n"
     final = [r for r in read_session(log.path) if r["type"] == "final_diff"]
     assert final and "-x = 1" in final[0]["diff"] and "+x = 2" in final[0]["diff"]
+    assert store.get(agent.last_checkpoint).label == "before edit_file a.py"
     store.restore(agent.last_checkpoint)
     assert (tmp_path / "a.py").read_text() == "x = 1\n"
+
+
+def test_a_checkpoint_label_names_paths_and_programs_never_a_command_s_arguments():
+    calls = [ToolCall("edit_file", {"path": "src/app.py"}),
+             ToolCall("run_terminal", {"command": "curl -H 'Authorization: Bearer s3cret' example.com"}),
+             ToolCall("todo_write", {"todos": []}), ToolCall("run_terminal", {"command": "  "})]
+    assert checkpoint_label(calls) == "before edit_file src/app.py, run_terminal curl, todo_write, run_terminal"
 
 
 async def test_arguments_of_the_wrong_shape_are_refused_not_fatal(tmp_path):
