@@ -147,6 +147,8 @@ class Session:
         self.checkpoints = checkpoints
         self.id = log.session_id
         self._turn: asyncio.Task | None = None
+        self.rewinding = False
+        """A restore is running: prompts and other restores wait for it to end."""
 
     @classmethod
     async def create(
@@ -231,6 +233,8 @@ class Session:
         """Runs one turn; a second prompt while one runs is refused (ACP allows one at a time)."""
         if self._turn is not None and not self._turn.done():
             raise RuntimeError("a prompt is already running in this session; cancel it first")
+        if self.rewinding:
+            raise RuntimeError("a rewind is running in this session; prompt again when it is done")
         self._turn = asyncio.ensure_future(self.agent.run_turn(text))
         try:
             result = await asyncio.shield(self._turn)
@@ -246,12 +250,19 @@ class Session:
 
     async def restore(self, checkpoint_id: str) -> Any:
         """Returns the workspace to a checkpoint, in a thread (a big tree takes seconds, and the
-        server's other sessions go on); refused while a turn runs, whose tools would write on."""
+        server's other sessions go on); refused while a turn runs, whose tools would write on, and
+        a prompt is refused while it runs."""
         if self.checkpoints is None:
             raise RuntimeError("checkpoints are off in this session")
         if self._turn is not None and not self._turn.done():
             raise RuntimeError("a turn is running in this session; cancel it before rewinding")
-        result = await self.checkpoints.arestore(checkpoint_id)
+        if self.rewinding:
+            raise RuntimeError("a rewind is already running in this session")
+        self.rewinding = True
+        try:
+            result = await self.checkpoints.arestore(checkpoint_id)
+        finally:
+            self.rewinding = False
         self.log.write("restore", checkpoint_id=checkpoint_id, by="user")
         self.log.write("outcome", **undo_signal(checkpoint_id))
         return result

@@ -243,6 +243,8 @@ class SessionHub:
         running = self._turns.get(session.id)
         if running is not None and not running.done():
             raise RequestError(f"session {session.id} is already answering a prompt; cancel it first")
+        if session.rewinding:
+            raise RequestError(f"session {session.id} is rewinding; prompt again when it is done")
         task = asyncio.ensure_future(session.prompt(text))
         self._turns[session.id] = task
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,29 @@ async def test_a_rewind_is_refused_while_the_turn_runs_and_works_after_it(tmp_pa
     assert (root / "a.py").read_text() == "A = 2\n"
     await session.restore(session.agent.turn_checkpoint)
     assert (root / "a.py").read_text() == "A = 1\n"
+    session.close()
+
+
+async def test_a_prompt_is_refused_while_a_rewind_runs(tmp_path):
+    root = workspace(tmp_path)
+    session = await open_session(root, tmp_path, [calls(edit("a.py", "A = 1", "A = 2")), Reply("A is 2.", [], "stop")])
+    await session.prompt("make A two")
+    applying, go_on = threading.Event(), threading.Event()
+    apply = session.checkpoints._apply
+
+    def pause_then_apply(changes):
+        applying.set()  # the restore's thread is about to write the files
+        go_on.wait(10)
+        return apply(changes)
+
+    session.checkpoints._apply = pause_then_apply
+    rewind = asyncio.ensure_future(session.restore(session.agent.turn_checkpoint))
+    assert await asyncio.to_thread(applying.wait, 10)
+    with pytest.raises(RuntimeError, match="a rewind is running"):
+        await session.prompt("make A three")
+    go_on.set()
+    await rewind
+    assert (root / "a.py").read_text() == "A = 1\n" and not session.rewinding
     session.close()
 
 
