@@ -253,7 +253,7 @@ class CheckpointStore:
         if "/" in checkpoint_id or not path.is_file():
             known = ", ".join(cp.id for cp in self.list()[-5:]) or "none"
             raise CheckpointError(f"no checkpoint {checkpoint_id!r} in {self.store_dir} (latest: {known}); "
-                                  "list() shows them all")
+                                  "`composer-agent checkpoints --list` shows them all")
         return _load_checkpoint(path)
 
     def diff(self, a: str, b: str | None = None) -> Changes:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent import events as ev
+from agent.call_labels import checkpoint_label, tool_title
 from agent.policy import Policy, Reply
 from agent.redact import redact_obj
 from agent.repetition import RepetitionWatch, step_signature
@@ -126,28 +127,6 @@ def answer_unanswered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.extend({"role": "tool", "tool_call_id": c.get("id", ""), "name": c["function"]["name"],
                     "content": "Error: the turn ended before this call ran"} for c in pending)
     return out
-
-
-def tool_title(name: str, arguments: Any) -> str:
-    """What an editor shows for a call: the tool and its main argument."""
-    args = arguments if isinstance(arguments, dict) else {}
-    detail = args.get("path") or args.get("pattern") or args.get("command") or args.get("query") or ""
-    return f"{name} {detail}".strip()[:200]
-
-
-def checkpoint_label(calls: list[ToolCall]) -> str:
-    """What a checkpoint comes before: each call's tool and path, or its command's program (never
-    the command's arguments, which may hold a secret), as `composer-agent checkpoints --list` shows."""
-    def one(call: ToolCall) -> str:
-        args = call.arguments if isinstance(call.arguments, dict) else {}
-        path, command = args.get("path"), args.get("command")
-        if isinstance(path, str) and path:
-            return f"{call.name} {path}"
-        if isinstance(command, str) and command.split():
-            return f"{call.name} {command.split()[0]}"
-        return call.name
-
-    return ("before " + ", ".join(one(c) for c in calls))[:200]
 
 
 class Agent:

@@ -31,6 +31,7 @@ Tests: .venv/bin/python -m pytest tests/agent/test_permissions.py
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import hashlib
@@ -38,7 +39,7 @@ import json
 import logging
 import os
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,15 +92,29 @@ def remember_answers(path: Path, rules: list[Rule]) -> None:
     lock). A file that cannot be read or written is logged and left alone: the answers still hold
     for this session."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.with_suffix(".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with _answers_lock(path):
             kept = load_rules(path)[0] if path.is_file() else []
             new = [rule for rule in rules if rule not in kept]
             if new:
                 save_rules(path, [*kept, *new])
     except (OSError, ValueError) as err:
         log.warning("could not keep %d answer(s) in %s: %s; they hold for this session only", len(rules), path, err)
+
+
+def forget_answers(path: Path) -> bool:
+    """Deletes the answers file (readable or not), after any session adding to it; True if it was there."""
+    with _answers_lock(path):
+        existed = path.is_file()
+        path.unlink(missing_ok=True)
+    return existed
+
+
+@contextlib.contextmanager
+def _answers_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def user_permissions_file() -> Path:

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent import events as ev
-from agent.loop import answer_unanswered, tool_title
+from agent.call_labels import tool_title
+from agent.loop import answer_unanswered
 from agent.tools.base import ToolRegistry
 
 

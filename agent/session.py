@@ -259,13 +259,22 @@ class Session:
         if self.rewinding:
             raise RuntimeError("a rewind is already running in this session")
         self.rewinding = True
+        restoring = asyncio.ensure_future(self.checkpoints.arestore(checkpoint_id))
         try:
-            result = await self.checkpoints.arestore(checkpoint_id)
+            await asyncio.shield(restoring)
+        except asyncio.CancelledError:  # the request was cancelled; its thread cannot be stopped
+            await asyncio.wait([restoring])
+            if restoring.exception() is None:
+                self._log_restore(checkpoint_id)
+            raise
         finally:
             self.rewinding = False
+        self._log_restore(checkpoint_id)
+        return restoring.result()
+
+    def _log_restore(self, checkpoint_id: str) -> None:
         self.log.write("restore", checkpoint_id=checkpoint_id, by="user")
         self.log.write("outcome", **undo_signal(checkpoint_id))
-        return result
 
     def _write_turn_signals(self) -> None:
         """The finished turn's outcome signals (agent/outcomes.py), read back from its log."""

@@ -277,7 +277,7 @@ class SessionHub:
             raise RequestError(f"session {session.id} has no checkpoint to go back to")
         try:
             result = await session.restore(checkpoint)
-        except (CheckpointError, RuntimeError) as err:
+        except (CheckpointError, RuntimeError, OSError) as err:
             raise RequestError(str(err)) from None
         return {"checkpointId": checkpoint, "changes": result.changes.to_dict(),
                 "backupCheckpointId": result.backup.id if result.backup else None}

@@ -74,3 +74,21 @@ def test_an_unknown_checkpoint_is_an_error_that_names_the_latest(tmp_path, capsy
     err = capsys.readouterr().err
     assert "no checkpoint 'nope'" in err and latest.id in err
     assert (tmp_path / "a.py").read_text() == "x\n"
+
+
+def test_ids_outside_the_store_missing_workspaces_and_unreadable_records_are_clear_errors(tmp_path, capsys):
+    (tmp_path / "a.py").write_text("x\n")
+    store = CheckpointStore(tmp_path)
+    store.create()
+    for crafted in ("../refs/x", "a/b", ".."):
+        assert main(["checkpoints", "--workspace", str(tmp_path), "--restore", crafted]) == 1
+        assert "no checkpoint" in capsys.readouterr().err
+    assert main(["checkpoints", "--workspace", str(tmp_path / "missing"), "--restore", "x"]) == 1
+    assert "is not a directory" in capsys.readouterr().err
+    (tmp_path / "other").mkdir()
+    assert main(["checkpoints", "--workspace", str(tmp_path / "other"), "--diff", "x"]) == 1
+    assert "no checkpoints in" in capsys.readouterr().err
+    (store.store_dir / "refs/0000000000000000-dead00.json").write_text("{not json")
+    assert main(["checkpoints", "--workspace", str(tmp_path), "--list"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 1 and err.startswith("warning: checkpoint record ") and "Traceback" not in err

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from agent.loop import SHORTENED_NOTE, Agent, LoopConfig, checkpoint_label
+from agent.call_labels import checkpoint_label
+from agent.loop import SHORTENED_NOTE, Agent, LoopConfig
 from agent.permissions import PermissionPolicy
 from agent.policy import Reply
 from agent.tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
@@ -197,8 +198,11 @@ async def test_a_turn_that_writes_logs_its_final_diff_and_can_be_undone(tmp_path
 def test_a_checkpoint_label_names_paths_and_programs_never_a_command_s_arguments():
     calls = [ToolCall("edit_file", {"path": "src/app.py"}),
              ToolCall("run_terminal", {"command": "curl -H 'Authorization: Bearer s3cret' example.com"}),
-             ToolCall("todo_write", {"todos": []}), ToolCall("run_terminal", {"command": "  "})]
-    assert checkpoint_label(calls) == "before edit_file src/app.py, run_terminal curl, todo_write, run_terminal"
+             ToolCall("run_terminal", {"command": "env OPENAI_API_KEY=sk-abc123 /usr/bin/python x.py"}),
+             ToolCall("todo_write", {"todos": []}), ToolCall("run_terminal", {"command": "  "}),
+             ToolCall("write_file", {"path": "a\x1b[2Jb.txt"})]
+    assert checkpoint_label(calls) == ("before edit_file src/app.py, run_terminal curl, run_terminal python, "
+                                       "todo_write, run_terminal, write_file a?[2Jb.txt")
 
 
 async def test_arguments_of_the_wrong_shape_are_refused_not_fatal(tmp_path):

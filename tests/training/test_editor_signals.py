@@ -108,7 +108,9 @@ async def test_a_rewind_is_refused_while_the_turn_runs_and_works_after_it(tmp_pa
     session.close()
 
 
-async def test_a_prompt_is_refused_while_a_rewind_runs(tmp_path):
+async def paused_rewind(tmp_path: Path) -> tuple[Path, Session, asyncio.Future, threading.Event]:
+    """A session after a turn that edited a.py, and its rewind stopped in its thread just before
+    writing the files, until the returned event is set."""
     root = workspace(tmp_path)
     session = await open_session(root, tmp_path, [calls(edit("a.py", "A = 1", "A = 2")), Reply("A is 2.", [], "stop")])
     await session.prompt("make A two")
@@ -116,18 +118,36 @@ async def test_a_prompt_is_refused_while_a_rewind_runs(tmp_path):
     apply = session.checkpoints._apply
 
     def pause_then_apply(changes):
-        applying.set()  # the restore's thread is about to write the files
+        applying.set()
         go_on.wait(10)
         return apply(changes)
 
     session.checkpoints._apply = pause_then_apply
     rewind = asyncio.ensure_future(session.restore(session.agent.turn_checkpoint))
     assert await asyncio.to_thread(applying.wait, 10)
+    return root, session, rewind, go_on
+
+
+async def test_a_prompt_is_refused_while_a_rewind_runs(tmp_path):
+    root, session, rewind, go_on = await paused_rewind(tmp_path)
     with pytest.raises(RuntimeError, match="a rewind is running"):
         await session.prompt("make A three")
     go_on.set()
     await rewind
     assert (root / "a.py").read_text() == "A = 1\n" and not session.rewinding
+    session.close()
+
+
+async def test_a_cancelled_rewind_still_holds_off_prompts_until_its_thread_is_done(tmp_path):
+    root, session, rewind, go_on = await paused_rewind(tmp_path)
+    rewind.cancel()  # the editor cancelled the request; the thread writes on
+    await asyncio.sleep(0.1)
+    assert session.rewinding
+    go_on.set()
+    with pytest.raises(asyncio.CancelledError):
+        await rewind
+    assert not session.rewinding and (root / "a.py").read_text() == "A = 1\n"
+    assert [r for r in read_session(session.log_path) if r["type"] == "restore"]  # what it did is logged
     session.close()
 
 
