@@ -236,6 +236,11 @@ class CheckpointStore:
             self._cache = (cp.id, scanned_ns, scan.flat)
             return cp
 
+    def create_if_empty(self, label: str = "") -> Checkpoint | None:
+        """create(), unless the store holds a checkpoint by the time this one would start."""
+        with self._lock:
+            return None if next(self._meta.glob("*.json"), None) else self.create(label)
+
     def list(self) -> list[Checkpoint]:
         """All checkpoints, oldest first; a record that cannot be read is skipped with a warning."""
         found = []

@@ -92,6 +92,9 @@ class SessionConfig:
     """`--allow-unsandboxed`: run commands where the sandbox is weaker than bubblewrap. Without it
     (or the user's config.toml saying so) such a session fails closed: agent/isolation.py."""
     checkpoints: bool = True
+    warm_checkpoints: bool = True
+    """A workspace with no checkpoint yet is recorded in the background as the session starts, so
+    its first write waits only for what changed since, not for the whole tree to be read."""
     index: str | None = None
     """Semantic codebase search: "minilm" (bundled), an embeddings URL, or "off"; None reads
     $COMPOSER_INDEX (default minilm). The index builds in the background, shared per workspace."""
@@ -140,6 +143,24 @@ def _settle_previous(root: Path, workspace: Workspace, log_dir: Path | None) -> 
         logger.warning("could not judge the previous session in %s: %s", root, err)
 
 
+_WARM_UPS: set[asyncio.Task] = set()
+"""The background first checkpoints running (a task nothing else holds could be collected)."""
+
+
+def _warm_up(store: CheckpointStore) -> None:
+    """Records a workspace that has no checkpoint yet, in a thread. The store's lock puts the
+    session's first write after it, and a write that got there first makes it a no-op."""
+    task = asyncio.ensure_future(asyncio.to_thread(store.create_if_empty, "the workspace when a session first opened it"))
+    _WARM_UPS.add(task)
+
+    def done(task: asyncio.Task) -> None:
+        _WARM_UPS.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("could not record %s before its first write: %s", store.root, task.exception())
+
+    task.add_done_callback(done)
+
+
 class Session:
     def __init__(self, config: SessionConfig, agent: Agent, log: SessionLog, workspace: Workspace,
                  checkpoints: CheckpointStore | None) -> None:
@@ -170,6 +191,9 @@ class Session:
         # below bubblewrap: a rollout refuses to start, an editor's policy asks about every command
         gate_session(await asyncio.to_thread(isolation_status, config.allow_unsandboxed), permissions,
                      ctx.state, client=config.client, auto_allow=config.auto_allow)
+        checkpoints = CheckpointStore(root) if config.checkpoints else None
+        if checkpoints is not None and config.warm_checkpoints:
+            _warm_up(checkpoints)  # beside the model's loading and the prompt's building
         if policy is None:
             if config.endpoint:
                 tokenizer = await asyncio.to_thread(endpoint_tokenizer, str(config.tokenizer or config.model or ""))
@@ -201,7 +225,6 @@ class Session:
                      "max_tokens": config.loop.max_tokens_per_step}, **header,
         )
         log.tokenizer = getattr(policy, "tokenizer", None)  # redaction reaches the ids it writes
-        checkpoints = CheckpointStore(root) if config.checkpoints else None
         agent = Agent(
             policy, tools, ctx, system=system, config=config.loop, permissions=permissions,
             ask=ask, checkpoints=checkpoints, log=log, events=events,

@@ -338,3 +338,10 @@ def test_restore_after_random_operations(tmp_path_factory: pytest.TempPathFactor
             pass
     store.restore(cp.id)
     assert snapshot(root) == before
+
+
+def test_create_if_empty_records_only_a_store_without_checkpoints(ws: Path) -> None:
+    store = CheckpointStore(ws)
+    first = store.create_if_empty("opened")
+    assert first is not None and first.label == "opened"
+    assert store.create_if_empty("opened again") is None and len(store.list()) == 1

@@ -108,6 +108,26 @@ async def test_a_rewind_is_refused_while_the_turn_runs_and_works_after_it(tmp_pa
     session.close()
 
 
+async def test_a_new_workspace_is_recorded_as_the_session_opens_so_the_first_write_reads_little(tmp_path):
+    root = workspace(tmp_path)
+    for i in range(200):
+        (root / f"module_{i}.py").write_text(f"VALUE = {i}\n" * 50)
+    session = await open_session(root, tmp_path, [calls(edit("a.py", "A = 1", "A = 2")), Reply("A is 2.", [], "stop")])
+    for _ in range(100):  # no write yet: the background record is the only one
+        if session.checkpoints.list():
+            break
+        await asyncio.sleep(0.05)
+    (opened,) = session.checkpoints.list()
+    assert opened.label == "the workspace when a session first opened it" and opened.files == 203
+    await session.prompt("make A two")
+    first_write = session.checkpoints.get(session.agent.turn_checkpoint)
+    assert first_write.label == "before edit_file a.py" and first_write.new_objects == 0  # nothing changed since
+    later = await open_session(root, tmp_path, [])
+    await asyncio.sleep(0.2)
+    assert len(later.checkpoints.list()) == 2  # a store with checkpoints gets no other
+    session.close(), later.close()
+
+
 async def paused_rewind(tmp_path: Path) -> tuple[Path, Session, asyncio.Future, threading.Event]:
     """A session after a turn that edited a.py, and its rewind stopped in its thread just before
     writing the files, until the returned event is set."""
