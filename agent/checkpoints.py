@@ -60,7 +60,6 @@ import os
 import secrets
 import shutil
 import stat
-import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -69,7 +68,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from agent.object_store import CheckpointCorrupt, CheckpointError, ObjectStore, write_atomic
-from agent.store_lock import StoreLock
+from agent.store_lock import StoreLock, process_lock
 
 ALWAYS_EXCLUDED = frozenset({".git", ".composer"})
 """Names never recorded or touched, at any depth (file or directory)."""
@@ -199,7 +198,7 @@ class CheckpointStore:
         self._objects = ObjectStore(self.store_dir / "objects", self.config.compress_level)
         self._meta = self.store_dir / "refs"
         self._meta.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.RLock()
+        self._lock = process_lock(self.store_dir)
         self._store_lock = StoreLock(self.store_dir / "lock")
         self._trees: dict[str, dict[str, Entry]] = {}
         self._cache: tuple[str, int, dict[str, Entry]] | None = None
@@ -239,7 +238,10 @@ class CheckpointStore:
     def create_if_empty(self, label: str = "") -> Checkpoint | None:
         """create(), unless the store holds a checkpoint by the time this one would start."""
         with self._lock:
-            return None if next(self._meta.glob("*.json"), None) else self.create(label)
+            return None if not self.is_empty() else self.create(label)
+
+    def is_empty(self) -> bool:
+        return next(self._meta.glob("*.json"), None) is None
 
     def list(self) -> list[Checkpoint]:
         """All checkpoints, oldest first; a record that cannot be read is skipped with a warning."""

@@ -143,22 +143,21 @@ def _settle_previous(root: Path, workspace: Workspace, log_dir: Path | None) -> 
         logger.warning("could not judge the previous session in %s: %s", root, err)
 
 
-_WARM_UPS: set[asyncio.Task] = set()
-"""The background first checkpoints running (a task nothing else holds could be collected)."""
-
-
 def _warm_up(store: CheckpointStore) -> None:
-    """Records a workspace that has no checkpoint yet, in a thread. The store's lock puts the
-    session's first write after it, and a write that got there first makes it a no-op."""
-    task = asyncio.ensure_future(asyncio.to_thread(store.create_if_empty, "the workspace when a session first opened it"))
-    _WARM_UPS.add(task)
+    """Records a workspace that has no checkpoint yet, in a daemon thread: the store's lock (one
+    per workspace in a process) puts the session's first write after it, a write or another
+    session that got there first makes it a no-op, and a process that exits meanwhile does not
+    wait for it (a record is published last, so one cut short leaves no checkpoint)."""
+    if not store.is_empty():
+        return
 
-    def done(task: asyncio.Task) -> None:
-        _WARM_UPS.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            logger.warning("could not record %s before its first write: %s", store.root, task.exception())
+    def record() -> None:
+        try:
+            store.create_if_empty("the workspace when a session first opened it")
+        except Exception as err:  # a full disk, say: the first write records it then
+            logger.warning("could not record %s before its first write: %s", store.root, err)
 
-    task.add_done_callback(done)
+    threading.Thread(target=record, name="composer-first-checkpoint", daemon=True).start()
 
 
 class Session:
@@ -192,8 +191,6 @@ class Session:
         gate_session(await asyncio.to_thread(isolation_status, config.allow_unsandboxed), permissions,
                      ctx.state, client=config.client, auto_allow=config.auto_allow)
         checkpoints = CheckpointStore(root) if config.checkpoints else None
-        if checkpoints is not None and config.warm_checkpoints:
-            _warm_up(checkpoints)  # beside the model's loading and the prompt's building
         if policy is None:
             if config.endpoint:
                 tokenizer = await asyncio.to_thread(endpoint_tokenizer, str(config.tokenizer or config.model or ""))
@@ -230,6 +227,8 @@ class Session:
             ask=ask, checkpoints=checkpoints, log=log, events=events,
         )
         log.rest()  # an idle session holds no file descriptor
+        if checkpoints is not None and config.warm_checkpoints:
+            _warm_up(checkpoints)  # beside the model's first reply
         return cls(config, agent, log, workspace, checkpoints)
 
     @classmethod

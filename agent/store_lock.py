@@ -12,7 +12,8 @@ deletes an object that a checkpoint being recorded has written or counted on but
 It is flock(2) on a file in the store, taken on a descriptor of its own each time, so two stores
 opened on one workspace in one process (two sessions of a server) exclude each other like two
 processes do (an editor's server and `composer-agent checkpoints --keep N`). The kernel drops it
-when its holder dies, so a killed process never leaves the store locked. A store this process
+when its holder dies, so a killed process never leaves the store locked. Within a process, every
+instance on one store also shares a thread lock (`process_lock`). A store this process
 cannot write (a read-only copy another workspace's replay restores from) is read without it.
 On NFS, flock becomes a POSIX record lock, which does not exclude two stores of one process.
 """
@@ -23,8 +24,20 @@ import contextlib
 import errno
 import fcntl
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+
+_PROCESS_LOCKS: dict[Path, threading.RLock] = {}
+_PROCESS_LOCKS_GUARD = threading.Lock()
+
+
+def process_lock(store_dir: Path) -> threading.RLock:
+    """One lock per store in this process, whichever instance opened it (two sessions of a server
+    on one workspace): their records and restores take turns, so a session's first checkpoint and
+    another's write never interleave."""
+    with _PROCESS_LOCKS_GUARD:
+        return _PROCESS_LOCKS.setdefault(store_dir, threading.RLock())
 
 
 class StoreLock:

@@ -1,11 +1,13 @@
 """A store prunes itself to `CheckpointConfig.keep` and the newest checkpoints still restore byte
-for byte; a prune waits for a checkpoint another store on the workspace is recording, so it never
-deletes that checkpoint's objects; an automatic prune neither waits for the lock nor fails the
-checkpoint it follows."""
+for byte; a prune waits for a checkpoint another process is recording, and for a restore of another
+store in the process, so it never deletes the objects they use; an automatic prune neither waits
+for the lock nor fails the checkpoint it follows."""
 
 from __future__ import annotations
 
 import errno
+import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -48,8 +50,18 @@ def test_keep_none_keeps_every_checkpoint(tmp_path: Path) -> None:
     assert len(store.list()) == 6
 
 
-def test_a_prune_waits_for_a_checkpoint_being_recorded(tmp_path: Path) -> None:
-    recording, pruning = CheckpointStore(tmp_path), CheckpointStore(tmp_path)  # two sessions, one workspace
+PRUNE = """
+import sys
+from pathlib import Path
+from agent.checkpoints import CheckpointStore
+store = CheckpointStore(Path(sys.argv[1]))
+print("pruning", flush=True)
+print(store.prune(int(sys.argv[2])).checkpoints, flush=True)
+"""
+
+
+def test_a_prune_in_another_process_waits_for_a_checkpoint_being_recorded(tmp_path: Path) -> None:
+    recording, pruning = CheckpointStore(tmp_path), CheckpointStore(tmp_path)  # a server and the CLI
     pruning.create("old")
     (tmp_path / "new.txt").write_text("only in the checkpoint being recorded\n")
     scanned, go_on = threading.Event(), threading.Event()
@@ -62,22 +74,24 @@ def test_a_prune_waits_for_a_checkpoint_being_recorded(tmp_path: Path) -> None:
         return result
 
     recording._scan = scan_then_pause  # type: ignore[method-assign]
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(1) as pool:
         created = pool.submit(recording.create, "being recorded")
         assert scanned.wait(10)
-        pruned = pool.submit(pruning.prune, 1)
+        cli = subprocess.Popen([sys.executable, "-c", PRUNE, str(tmp_path), "1"], stdout=subprocess.PIPE, text=True)
+        assert cli.stdout is not None and cli.stdout.readline() == "pruning\n"
         time.sleep(0.3)
-        assert not pruned.done()  # without the lock it would keep "old" and delete new.txt's object
+        assert cli.poll() is None  # without the lock it would keep "old" and delete new.txt's object
         go_on.set()
-        cp, result = created.result(10), pruned.result(10)
-    assert result.checkpoints == 1 and [c.id for c in pruning.list()] == [cp.id]
+        cp = created.result(10)
+        assert cli.stdout.readline() == "1\n" and cli.wait(10) == 0
+    assert [c.id for c in pruning.list()] == [cp.id]
     (tmp_path / "new.txt").unlink()
     pruning.restore(cp.id)
     assert (tmp_path / "new.txt").read_text() == "only in the checkpoint being recorded\n"
 
 
-def test_a_prune_waits_for_a_restore(tmp_path: Path) -> None:
-    restoring, pruning = CheckpointStore(tmp_path), CheckpointStore(tmp_path)
+def test_a_prune_waits_for_a_restore_of_another_store_in_the_process(tmp_path: Path) -> None:
+    restoring, pruning = CheckpointStore(tmp_path), CheckpointStore(tmp_path)  # two sessions of a server
     _version(tmp_path, 1)
     target = restoring.create("v1")
     _version(tmp_path, 2)

@@ -108,24 +108,28 @@ async def test_a_rewind_is_refused_while_the_turn_runs_and_works_after_it(tmp_pa
     session.close()
 
 
-async def test_a_new_workspace_is_recorded_as_the_session_opens_so_the_first_write_reads_little(tmp_path):
+def first_checkpoints_done() -> None:
+    for thread in threading.enumerate():
+        if thread.name == "composer-first-checkpoint":
+            thread.join(10)
+
+
+async def test_a_new_workspace_is_recorded_once_as_sessions_open_and_the_first_write_stores_nothing_new(tmp_path):
     root = workspace(tmp_path)
     for i in range(200):
         (root / f"module_{i}.py").write_text(f"VALUE = {i}\n" * 50)
-    session = await open_session(root, tmp_path, [calls(edit("a.py", "A = 1", "A = 2")), Reply("A is 2.", [], "stop")])
-    for _ in range(100):  # no write yet: the background record is the only one
-        if session.checkpoints.list():
-            break
-        await asyncio.sleep(0.05)
+    replies = [calls(edit("a.py", "A = 1", "A = 2")), Reply("A is 2.", [], "stop")]
+    session, beside = await open_session(root, tmp_path, replies), await open_session(root, tmp_path, [])
+    await asyncio.to_thread(first_checkpoints_done)  # two sessions opened it: one records it
     (opened,) = session.checkpoints.list()
     assert opened.label == "the workspace when a session first opened it" and opened.files == 203
     await session.prompt("make A two")
     first_write = session.checkpoints.get(session.agent.turn_checkpoint)
     assert first_write.label == "before edit_file a.py" and first_write.new_objects == 0  # nothing changed since
     later = await open_session(root, tmp_path, [])
-    await asyncio.sleep(0.2)
-    assert len(later.checkpoints.list()) == 2  # a store with checkpoints gets no other
-    session.close(), later.close()
+    assert not [t for t in threading.enumerate() if t.name == "composer-first-checkpoint"]  # it has some
+    for one in (session, beside, later):
+        one.close()
 
 
 async def paused_rewind(tmp_path: Path) -> tuple[Path, Session, asyncio.Future, threading.Event]:
