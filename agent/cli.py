@@ -10,7 +10,7 @@ from composer-mini and the committed adapter by `make run`, `python -m model.hom
 load here, or your own run that `make model-trained` installed.
 --json prints every session/update payload as one JSON line, then a summary object. Permission
 prompts cannot be answered headless: what the policy would ask about is refused, unless --yes
-allows it. The session log is written either way; the summary says where. A turn that fails
+allows it; "always" answers given in an editor for the workspace apply here too. The session log is written either way; the summary says where. A turn that fails
 (the model endpoint dies mid-answer, the disk fills) prints `the turn failed: ...` on stderr, a
 summary with stopReason "error" under --json, and exits 1.
 
