@@ -67,8 +67,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from agent.object_store import CheckpointCorrupt, CheckpointError, ObjectStore, write_atomic
+from agent.object_store import CheckpointCorrupt, CheckpointError, ObjectStore
 from agent.store_lock import StoreLock, process_lock
+from agent.textfile import atomic_write
 
 ALWAYS_EXCLUDED = frozenset({".git", ".composer"})
 """Names never recorded or touched, at any depth (file or directory)."""
@@ -231,7 +232,7 @@ class CheckpointStore:
                 bytes=scan.bytes, new_objects=scan.new_objects, new_bytes=scan.new_bytes,
                 seconds=round(time.perf_counter() - started, 4), skipped=tuple(scan.skipped),
             )
-            write_atomic(self._meta / f"{cp.id}.json", json.dumps(cp.__dict__).encode())
+            atomic_write(self._meta / f"{cp.id}.json", json.dumps(cp.__dict__).encode(), mode=0o644, durable=False)
             self._cache = (cp.id, scanned_ns, scan.flat)
             return cp
 
@@ -533,7 +534,7 @@ class CheckpointStore:
                 if not target.exists():
                     skipped.append(path)
             else:
-                write_atomic(target, self._objects.read(new.ref), new.mode)
+                atomic_write(target, self._objects.read(new.ref), mode=new.mode, durable=False)
         for target, mode in reversed(dir_modes):
             os.chmod(target, mode)
         return skipped

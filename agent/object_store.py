@@ -1,6 +1,7 @@
 """The checkpoint store's objects: file contents and directory listings, each zlib-compressed in a
 file named by the sha256 of its uncompressed bytes (`ab/cdef...`), so equal contents are stored
-once. Reads verify the hash; writes are atomic, so a crash leaves whole objects or none.
+once. Reads verify the hash; writes are atomic (agent/textfile.py), so a crash leaves whole
+objects or none.
 
     objects = ObjectStore(store_dir / "objects", compress_level=1)
     objects.put(digest, data)            # compressed bytes stored, 0 when it was there already
@@ -14,10 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
-import secrets
 import zlib
 from pathlib import Path
+
+from agent.textfile import atomic_write
 
 
 class CheckpointError(Exception):
@@ -43,8 +44,7 @@ class ObjectStore:
         if path.exists():
             return 0
         packed = zlib.compress(data, self.compress_level)
-        path.parent.mkdir(exist_ok=True)
-        write_atomic(path, packed)
+        atomic_write(path, packed, mode=0o644, durable=False)
         return len(packed)
 
     def read(self, digest: str) -> bytes:
@@ -77,17 +77,3 @@ class ObjectStore:
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only when empty
         return count, freed
-
-
-def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
-    """A whole file at `path` or none: a failed write leaves no temporary behind."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        with open(tmp, "xb") as f:
-            f.write(data)
-            if mode is not None:
-                os.fchmod(f.fileno(), mode)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

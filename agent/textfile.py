@@ -103,20 +103,24 @@ def restore_newlines(view: str, newline: str | None) -> str:
     return _ANY_NEWLINE.sub("\r\n", view) if newline == "\r\n" else view
 
 
-def atomic_write(target: Path, data: bytes) -> None:
+def atomic_write(target: Path, data: bytes, *, mode: int | None = None, durable: bool = True) -> None:
     """Replaces `target` with `data` all at once: temp file beside it, fsync, os.replace. Keeps
-    the old file's mode; creates missing parent directories. Leaves no temp file on failure."""
+    the old file's mode unless given one; creates missing parent directories. Leaves no temp file
+    on failure. `durable=False` skips the fsync: the checkpoint store writes thousands of files a
+    checkpoint, whole or not at all, and a crash only loses the newest checkpoint."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode = target.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        mode = 0o666 & ~_UMASK
+    if mode is None:
+        try:
+            mode = target.stat().st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o666 & ~_UMASK
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
