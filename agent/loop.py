@@ -36,6 +36,7 @@ from agent.call_labels import checkpoint_label, tool_title
 from agent.policy import Policy, Reply
 from agent.redact import redact_obj
 from agent.repetition import RepetitionWatch, step_signature
+from agent.review import Reviewed, Revision, apply_revision, unpack
 from agent.tools.base import ToolContext, ToolRegistry, ToolResult, truncate
 from agent.tools.files import files_read
 from agent.trajectory import Prompt, TokenStream, common_prefix
@@ -139,7 +140,7 @@ class Agent:
         system: str,
         config: LoopConfig | None = None,
         permissions: Any = None,
-        ask: Callable[..., Awaitable[str]] | None = None,
+        ask: Callable[..., Awaitable[str | Reviewed]] | None = None,
         checkpoints: Any = None,
         log: Any = None,
         events: ev.EventSink | None = None,
@@ -157,6 +158,8 @@ class Agent:
         self._call_ids: set[str] = set()
         self._made_by: dict[str, str] = {}
         """Tool call id -> the model call that made it."""
+        self._revisions: dict[str, Revision] = {}
+        """Tool call id -> the person's revision of the edit they accepted (agent/review.py)."""
         self.stream = TokenStream(getattr(policy, "tokenizer", None))
         self._synced = 0
         """How many of `messages` the token stream holds (the last model turn included)."""
@@ -425,7 +428,11 @@ class Agent:
                 answer = "reject_once"
             else:
                 await self.flush_events()  # the person sees what led to the question first
-                answer = await self.ask(await self._proposal(call), decision)
+                proposal = await self._proposal(call)
+                answer, revised = unpack(await self.ask(proposal, decision))
+                revision = Revision.of(proposal, revised, self.ctx.workspace)
+                if revision is not None:
+                    self._revisions[call.id] = revision
             answers.append(answer)
             return answer
 
@@ -433,7 +440,7 @@ class Agent:
         self._log(
             "permission", call_id=call.id, tool=call.name, arguments=call.arguments,
             decision="allow" if allowed else "deny", outcome=answers[0] if answers else "auto",
-            by="user" if answers and self.ask is not None else "rule",
+            by="user" if answers and self.ask is not None else "rule", revised=call.id in self._revisions,
         )
         return allowed
 
@@ -446,7 +453,11 @@ class Agent:
             async with self._locks.hold(self._write_paths(tool, call)) if writes else contextlib.nullcontext():
                 self._emit(ev.tool_call_update(call.id, "in_progress"))
                 await self._refresh(call)
-                result = await self.tools.call(call.name, call.arguments, self.ctx)
+                revision = self._revisions.pop(call.id, None)
+                if revision is not None:
+                    result = await apply_revision(self.ctx, revision)
+                else:
+                    result = await self.tools.call(call.name, call.arguments, self.ctx)
         self._emit(ev.tool_call_update(
             call.id, "completed" if result.ok else "failed", content=self._content(result), raw_output=result.data or None,
         ))

@@ -145,7 +145,8 @@ def split_turns(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 
 def review_verdicts(records: list[dict[str, Any]], workspace: str | None = None) -> list[dict[str, Any]]:
-    """The person's verdicts on proposed file edits: {call_id, path, accepted}."""
+    """The person's verdicts on proposed file edits: {call_id, path, accepted}. An edit they
+    changed before accepting it (`revised`, agent/review.py) is neither."""
     verdicts = []
     for record in records:
         kind = record.get("type")
@@ -153,7 +154,7 @@ def review_verdicts(records: list[dict[str, Any]], workspace: str | None = None)
             verdicts.append({"call_id": record.get("call_id"), "path": relative_path(record["path"], workspace),
                              "accepted": bool(record["accepted"])})
         elif kind == "permission" and record.get("by") == "user" and record.get("tool") in FILE_EDIT_TOOLS \
-                and record.get("outcome") in ACCEPTED | REJECTED:
+                and record.get("outcome") in ACCEPTED | REJECTED and not record.get("revised"):
             args = record.get("arguments")
             path = args.get("path") if isinstance(args, dict) and isinstance(args.get("path"), str) else None
             verdicts.append({"call_id": record.get("call_id"), "accepted": record["outcome"] in ACCEPTED,

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from agent.checkpoints import CheckpointError
 from agent.permissions import ANSWERS, review_policy
 from agent.replay import session_title
+from agent.review import Reviewed
 from agent.session import Session, SessionConfig
 from agent.session_log import SessionLogError, list_sessions, read_session
 from agent.workspace import Workspace
@@ -304,14 +305,17 @@ class SessionHub:
         self.modes[session_id] = mode
 
     def _asker(self, session_id: str) -> Callable[[dict, Any], Awaitable[str]]:
-        async def ask(tool_call: dict[str, Any], decision: Any) -> str:
+        async def ask(tool_call: dict[str, Any], decision: Any) -> str | Reviewed:
             parts = [{"kind": p.kind, "text": p.text} for p in getattr(decision, "asked", [])]
             options = PERMISSION_OPTIONS
             if getattr(decision, "once_only", False):
                 options = [o for o in options if o["kind"] != "allow_always"]
             params = {"sessionId": session_id, "toolCall": _shown(tool_call, decision), "options": options}
-            if parts:
-                params["_meta"] = {"composer": {"asked": parts}}
+            meta: dict[str, Any] = {"asked": parts} if parts else {}
+            if [c.get("type") for c in tool_call.get("content", [])] == ["diff"]:
+                meta["revisable"] = True  # the person may change the edit before accepting it
+            if meta:
+                params["_meta"] = {"composer": meta}
             try:
                 answer = await self.peer.request("session/request_permission", params)
             except asyncio.CancelledError:
@@ -336,11 +340,16 @@ def _shown(tool_call: dict[str, Any], decision: Any) -> dict[str, Any]:
     return {**tool_call, "content": [*tool_call.get("content", []), *blocks]} if blocks else tool_call
 
 
-def _answer(response: Any) -> str:
+def _answer(response: Any) -> str | Reviewed:
+    """The option chosen, with the person's text of the edit when they changed it
+    (`_meta.composer.revisedText`, docs/contracts.md); "reject_once" when cancelled or unreadable."""
     outcome = response.get("outcome") if isinstance(response, dict) else None
-    if isinstance(outcome, dict) and outcome.get("outcome") == "selected" and outcome.get("optionId") in ANSWERS:
-        return outcome["optionId"]
-    return "reject_once"  # cancelled, or an answer we cannot read: do nothing
+    if not (isinstance(outcome, dict) and outcome.get("outcome") == "selected" and outcome.get("optionId") in ANSWERS):
+        return "reject_once"  # cancelled, or an answer we cannot read: do nothing
+    meta = response.get("_meta")
+    composer = meta.get("composer") if isinstance(meta, dict) else None
+    revised = composer.get("revisedText") if isinstance(composer, dict) else None
+    return Reviewed(outcome["optionId"], revised) if isinstance(revised, str) else outcome["optionId"]
 
 
 def _iso(timestamp: float) -> str:

@@ -128,7 +128,7 @@ def _snippet(text: str, regions: list[tuple[int, int]], max_lines: int = 60) -> 
     return "\n   ...\n".join(parts)
 
 
-async def _apply_and_report(ctx: ToolContext, rel: str, old_text: str | None, new_text: str,
+async def apply_and_report(ctx: ToolContext, rel: str, old_text: str | None, new_text: str,
                             first_line: int) -> tuple[str, list[dict[str, Any]], str]:
     """Applies the change, records it, and lints before and after. Returns (applied_via,
     the new diagnostics as dicts, the text to show for them)."""
@@ -426,7 +426,7 @@ class EditFile:
             if underneath:
                 raise ToolError(f"{err}\nNote: {rel} changed since you last read it; read it again.") from None
             raise
-        via, fresh, lint_text = await _apply_and_report(ctx, rel, text, plan.new_text, plan.regions[0][0])
+        via, fresh, lint_text = await apply_and_report(ctx, rel, text, plan.new_text, plan.regions[0][0])
         notes = [f"Edited {rel}: replaced {plan.count} occurrence{'s' * (plan.count > 1)} ({_where(via)})."]
         if plan.tolerated:
             notes.append(plan.tolerated)
@@ -463,7 +463,7 @@ class EditFile:
                 raise ToolError(f"old_string is empty, which only creates a new file (or fills an empty "
                                 f"one), but {rel} already has content; pass the exact text to replace, "
                                 f"or use write_file to overwrite the whole file")
-        via, fresh, lint_text = await _apply_and_report(ctx, rel, old_text, content, 1)
+        via, fresh, lint_text = await apply_and_report(ctx, rel, old_text, content, 1)
         lines = split_lines(content)
         output = f"Created {rel} ({_lines(len(lines))}, {_where(via)}).\n" + _snippet(content, [(1, len(lines))], 20)
         data = {"path": rel, "diff": unified_diff(rel, old_text or "", content), "old_text": old_text,
@@ -538,7 +538,7 @@ class WriteFile:
                               data={"path": rel, "diff": "", "old_text": old_text, "new_text": content,
                                     "applied_via": None})
         underneath = old_text is not None and _changed_underneath(ctx, rel, old_text)
-        via, fresh, lint_text = await _apply_and_report(ctx, rel, old_text, content, 1)
+        via, fresh, lint_text = await apply_and_report(ctx, rel, old_text, content, 1)
         diff = unified_diff(rel, old_text or "", content)
         lines = len(split_lines(content))
         if old_text is None and not notes:

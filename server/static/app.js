@@ -5,7 +5,8 @@
  *
  * What it shows: the sessions of the workspace (sidebar, sessions.js), the transcript of the
  * current one with the answer streaming in (transcript.js), tool-call cards with diffs (tools.js,
- * diff.js), permission cards (permissions.js), the sandbox's isolation level (composer/isolation),
+ * diff.js), permission cards (permissions.js; revision.js lets the person change a proposed
+ * edit before allowing it), the sandbox's isolation level (composer/isolation),
  * the plan, context usage and controls (chrome.js), errors and the connection state (dom.js). Turns are in turns.js, shared state in state.js.
  * Sessions are created lazily on the first prompt, so opening the page leaves no empty session
  * behind; the current one is remembered in the address (#session=ID) so a reload or reconnect

@@ -1,10 +1,12 @@
 /* Composer web chat page: permission cards, the page's answer to the server's
  * session/request_permission. The question (its reasons, the edit's diff or the command and a
  * weaker sandbox's warning, else the tool's input, one button per option the server offers) goes
- * into the tool call's card; an answer, a cancel or a dropped connection settles it. */
+ * into the tool call's card; an answer, a cancel or a dropped connection settles it. A revisable
+ * edit also gets "Edit" (revision.js), and allowing it sends the person's version along. */
 
 import {el} from "./dom.js";
 import {renderTitle} from "./chrome.js";
+import {revisableDiff, revisionEditor} from "./revision.js";
 import {renderSessions} from "./sessions.js";
 import {sessions, state} from "./state.js";
 import {newTool, renderDiff, upsertTool} from "./tools.js";
@@ -29,7 +31,8 @@ export function askPermission(params) {
       "data-testid": "permission", "aria-label": "Permission needed"});
     const actions = el("div", {class: "permission-actions"});
     const entry = {card, resolve: null};
-    const finish = (outcome, label) => {
+    let editor = null;
+    const finish = (outcome, label, meta) => {
       if (!s.permissions.has(entry)) return;
       s.permissions.delete(entry);
       card.classList.add("answered");
@@ -41,12 +44,15 @@ export function askPermission(params) {
       card.querySelectorAll("button").forEach((b) => {
         b.disabled = true;
       });
+      if (editor) editor.close();
       actions.append(el("span", {class: "permission-answer", text: label}));
-      resolve({outcome});
+      resolve(meta ? {outcome, _meta: meta} : {outcome});
       renderSessions();
       renderTitle();
     };
     entry.resolve = finish;
+    const choose = (option, meta) => finish({outcome: "selected", optionId: option.optionId},
+      `You chose: ${option.name || option.optionId}${meta ? " (with your changes)" : ""}`, meta);
     card.append(el("div", {class: "permission-head"},
       el("span", {class: "permission-label", text: "Permission needed:"}),
       el("span", {class: "permission-title", text: call.title || "a tool call"})));
@@ -57,6 +63,11 @@ export function askPermission(params) {
     const content = Array.isArray(call.content) ? call.content : [];
     const diffs = content.filter((c) => c && c.type === "diff");
     for (const d of diffs) card.append(renderDiff(s, d));
+    const revisable = revisableDiff(params);
+    if (revisable) {
+      editor = revisionEditor(s, revisable, card.querySelector("details.diff-block"));
+      card.append(editor.panel);
+    }
     const texts = content.filter((c) => c && c.type === "content" && c.content && typeof c.content.text === "string")
       .map((c) => c.content.text);
     for (const text of texts) {
@@ -69,12 +80,14 @@ export function askPermission(params) {
     }
     for (const option of options) {
       const kind = String(option.kind || "");
+      const allow = kind.startsWith("allow");  // only an allow answer carries the person's version
       actions.append(el("button", {
-        type: "button", class: kind.startsWith("allow") ? "allow" : "reject",
+        type: "button", class: allow ? "allow" : "reject",
         "data-option-id": option.optionId, "data-kind": kind,
-        onclick: () => finish({outcome: "selected", optionId: option.optionId}, `You chose: ${option.name || option.optionId}`),
+        onclick: () => choose(option, allow && editor ? editor.meta() : null),
       }, option.name || option.optionId));
     }
+    if (editor) actions.append(editor.toggle);
     card.append(actions);
     s.permissions.add(entry);
     tool.card.classList.add("awaiting");

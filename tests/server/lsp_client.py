@@ -61,6 +61,8 @@ class ComposerTestClient(LanguageClient):
         self.updates: list[dict[str, Any]] = []
         self.permission_requests: list[dict[str, Any]] = []
         self.permission_answer = "allow_once"
+        self.revised_text: str | None = None
+        """Sent as `_meta.composer.revisedText` with the answer: the person's text of the edit."""
         self.applied_edits: list[types.ApplyWorkspaceEditParams] = []
         self.documents: dict[str, tuple[str, int]] = {}
         self.refuse_edits = False
@@ -89,7 +91,10 @@ def _register(client: ComposerTestClient) -> None:
     @client.feature("session/request_permission")
     def on_permission(params: dict[str, Any]) -> dict[str, Any]:
         client.permission_requests.append(params)
-        return {"outcome": {"outcome": "selected", "optionId": client.permission_answer}}
+        answer: dict[str, Any] = {"outcome": {"outcome": "selected", "optionId": client.permission_answer}}
+        if client.revised_text is not None:
+            answer["_meta"] = {"composer": {"revisedText": client.revised_text}}
+        return answer
 
     @client.feature(types.WORKSPACE_APPLY_EDIT)
     def on_apply_edit(params: types.ApplyWorkspaceEditParams) -> types.ApplyWorkspaceEditResult:

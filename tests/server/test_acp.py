@@ -41,6 +41,9 @@ class RecordingClient:
     def __init__(self, answer: str = "allow_once", buffers: dict[str, str] | None = None) -> None:
         self.answer = answer
         self.buffers = buffers or {}
+        self.revised_text: str | None = None
+        """Sent as `_meta.composer.revisedText` with the answer: the person's text of the edit."""
+        self.permission_meta: list[dict[str, Any]] = []
         self.updates: list[dict[str, Any]] = []
         self.permission_requests: list[dict[str, Any]] = []
         self.reads: list[str] = []
@@ -54,10 +57,12 @@ class RecordingClient:
     async def request_permission(self, session_id: str, tool_call: Any, options: list[Any],
                                  **kwargs: Any) -> RequestPermissionResponse:
         self.permission_requests.append(tool_call.model_dump(mode="json", by_alias=True, exclude_none=True))
+        self.permission_meta.append(kwargs)
         if self.answer == "cancelled":  # as a client must once the turn is cancelled
             await self.turn_cancelled.wait()
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
-        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=self.answer))
+        meta = {"composer": {"revisedText": self.revised_text}} if self.revised_text is not None else None
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=self.answer), field_meta=meta)
 
     async def read_text_file(self, session_id: str, path: str, line: int | None = None,
                              limit: int | None = None, **kwargs: Any) -> ReadTextFileResponse:
@@ -184,6 +189,20 @@ async def test_review_mode_asks_with_the_diff(connect, workspace, model):
         assert (await prompt(conn, session.session_id, "do it after all")).stop_reason == "end_turn"
     assert len(client.permission_requests) == 2
     assert (workspace / "app.py").read_text() == "x = 2\n"
+
+
+async def test_review_mode_writes_the_edit_as_the_person_changed_it(connect, workspace, model):
+    model.script = [[{"tool_calls": [EDIT]}, {"text": "Done."}]]
+    client = RecordingClient(answer="allow_once")
+    client.revised_text = "x = 3  # the person's value\n"
+    async with connect(client) as conn:
+        session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+        await conn.set_session_mode(session_id=session.session_id, mode_id="review")
+        await prompt(conn, session.session_id, "set x to 2")
+    assert client.permission_meta[0]["composer"]["revisable"] is True
+    assert (workspace / "app.py").read_text() == "x = 3  # the person's value\n"
+    told = [m for m in model.requests[-1]["messages"] if m["role"] == "tool"][-1]["content"]
+    assert "-x = 2" in told and "+x = 3  # the person's value" in told
 
 
 async def test_cancel_stops_a_slow_reply(connect, workspace, model):

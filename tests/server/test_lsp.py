@@ -77,6 +77,24 @@ async def test_review_mode_asks_with_the_diff_and_a_rejection_changes_nothing(cl
     assert failed, "the refused call is reported as failed"
 
 
+async def test_in_review_the_person_changes_the_edit_and_their_text_reaches_the_buffer(client, workspace, model):
+    model.script = [[{"text": "", "tool_calls": [EDIT]}, {"text": "Done."}]]
+    uri = client.open(workspace / "hello.py", "print('hello')\n", version=2)
+    session_id = await _new(client, workspace)
+    await client.protocol.send_request_async("session/set_mode", {"sessionId": session_id, "modeId": "review"})
+    client.revised_text = "print('goodbye, world')\n"
+    await _prompt(client, session_id, "say goodbye")
+    (asked,) = client.permission_requests
+    assert asked["_meta"]["composer"]["revisable"] is True
+    assert client.documents[uri][0] == "print('goodbye, world')\n"  # applied in the editor, undoable there
+    assert (workspace / "hello.py").read_text() == "print('hello')\n"  # unsaved: the person saves
+    told = [m for m in model.requests[-1]["messages"] if m["role"] == "tool"][-1]["content"]
+    assert "-print('goodbye')" in told and "+print('goodbye, world')" in told
+    done = [u["update"] for u in client.updates if u["update"].get("status") == "completed"]
+    diffs = [c for u in done for c in u.get("content", []) if c["type"] == "diff"]
+    assert [d["newText"] for d in diffs] == ["print('goodbye, world')\n"]
+
+
 async def test_cancel_stops_a_running_turn(client, workspace, model):
     model.script = [[{"text": " ".join(["word"] * 200), "delay": 0.05}]]
     session_id = await _new(client, workspace)

@@ -5,9 +5,11 @@ Playwright against `python -m server --ws`, whose model is tests/server/scripted
 
 Review mode, a prompt typed into the page, the streamed answer, the permission card with the
 edit's diff, then accept (the file changes, Undo puts it back, a reload replays the session) or
-reject (the file stays); Undo after a shell command that rewrote the tree (byte-identical
-again); the sandbox level, and on a machine without bubblewrap its warning and a question before
-every command; and the websocket refusing a missing token or a foreign Origin.
+reject (the file stays); the proposal edited in the card before allowing it (the person's text
+is what gets written; a command has nothing to edit, and allowing unedited sends no _meta); Undo
+after a shell command that rewrote the tree (byte-identical again); the sandbox level, and on a
+machine without bubblewrap its warning and a question before every command; and the websocket
+refusing a missing token or a foreign Origin.
 Chromium comes from `make browser-deps` (apt); without it the browser tests skip.
 """
 
@@ -119,7 +121,13 @@ def browser() -> Iterator[object]:
 
 
 @pytest.fixture
-def page(browser, server: Server) -> Iterator[object]:
+def sent() -> list[dict]:
+    """The JSON-RPC messages the page sends over its websocket, in order (`page` records them)."""
+    return []
+
+
+@pytest.fixture
+def page(browser, server: Server, sent: list[dict]) -> Iterator[object]:
     """A fresh browser tab on the chat page; fails the test on any error of the page's own (the
     server's window/logMessage errors, which the page logs to the console, are not the page's)."""
     from playwright.sync_api import expect
@@ -132,6 +140,8 @@ def page(browser, server: Server) -> Iterator[object]:
     page.on("pageerror", lambda err: problems.append(f"page error: {err}"))
     page.on("console", lambda msg: problems.append(f"console {msg.type}: {msg.text}")
             if msg.type == "error" and not msg.text.startswith("composer server:") else None)
+    # watched before the page opens its socket: the frames say what the page answered, not the server
+    page.on("websocket", lambda ws: ws.on("framesent", lambda payload: sent.append(json.loads(payload))))
     page.goto(server.url)
     yield page
     context.close()
@@ -202,6 +212,91 @@ def test_accepting_the_diff_edits_the_file_and_undo_restores_it(page, server: Se
     expect(page.locator(".message.user")).to_contain_text(REQUEST)
     expect(page.locator(".message.agent").last).to_contain_text("Changed it.")
     expect(page.locator(".tool-call")).to_have_attribute("data-status", "completed")
+
+
+def permission_answers(sent: list[dict]) -> list[dict]:
+    """The page's answers to session/request_permission among the messages it sent."""
+    return [m["result"] for m in sent if isinstance(m.get("result"), dict) and "outcome" in m["result"]]
+
+
+def open_the_editor(card) -> object:
+    """Clicks the card's Edit; returns the textarea holding the proposal's new text."""
+    from playwright.sync_api import expect
+
+    edit = card.get_by_role("button", name="Edit")
+    expect(edit).to_have_attribute("aria-expanded", "false")
+    edit.click()
+    expect(edit).to_have_attribute("aria-expanded", "true")
+    box = card.get_by_role("textbox", name=re.compile(r"Your version of hello\.py"))  # its label names it
+    expect(box).to_be_focused()
+    expect(box).to_have_value('print("goodbye")\n')
+    return box
+
+
+@needs_chromium
+def test_editing_the_proposal_writes_the_persons_text(page, server: Server, sent: list[dict]) -> None:
+    from playwright.sync_api import expect
+
+    hello = server.workspace / "hello.py"
+    mine = 'print("goodbye, world")\n# checked by a person\n'
+    card = ask_for_the_edit(page)
+    box = open_the_editor(card)
+    box.fill(mine)
+    # the card's diff follows the typing: it shows what allowing writes
+    expect(card.locator(".diff-add")).to_have_text(['+print("goodbye, world")', "+# checked by a person"])
+    expect(card.locator(".revision-tag")).to_have_text(" edited by you")
+    assert hello.read_text() == GREETING, "the edit reached the file before it was allowed"
+
+    card.locator('button[data-option-id="allow_once"]').click()
+    expect(card).to_have_attribute("data-outcome", "allow_once")
+    expect(card.locator(".permission-answer")).to_have_text("You chose: Allow (with your changes)")
+    expect(box).to_be_hidden()
+    expect(page.locator(".note.turn-end")).to_have_attribute("data-stop-reason", "end_turn")
+    assert permission_answers(sent) == [{"outcome": {"outcome": "selected", "optionId": "allow_once"},
+                                         "_meta": {"composer": {"revisedText": mine}}}]
+    assert hello.read_text() == mine
+    # the completed call shows what was written, and the model heard about the person's change
+    expect(page.locator(".tool-call .tool-body .diff-add")).to_have_text(['+print("goodbye, world")',
+                                                                         "+# checked by a person"])
+    assert "checked by a person" in json.dumps(server.model.requests[1]["messages"])
+
+
+@needs_chromium
+def test_allowing_without_editing_writes_the_proposal(page, server: Server, sent: list[dict]) -> None:
+    from playwright.sync_api import expect
+
+    card = ask_for_the_edit(page)
+    box = open_the_editor(card)
+    box.press("End")  # looked at, moved about in, left as it was
+    box.press("Escape")  # closes the editor, and does not cancel the turn as Escape elsewhere would
+    expect(box).to_be_hidden()
+    expect(card.get_by_role("button", name="Edit")).to_be_focused()
+    card.locator('button[data-option-id="allow_always"]').click()
+    expect(card).to_have_attribute("data-outcome", "allow_always")
+    expect(page.locator(".note.turn-end")).to_have_attribute("data-stop-reason", "end_turn")
+    assert permission_answers(sent) == [{"outcome": {"outcome": "selected", "optionId": "allow_always"}}]
+    assert (server.workspace / "hello.py").read_text() == 'print("goodbye")\n'
+
+
+@needs_chromium
+def test_a_command_question_offers_no_edit(page, server: Server, sent: list[dict]) -> None:
+    from playwright.sync_api import expect
+
+    command = "echo made > made.txt"  # review mode asks before every command
+    server.model.script = [[{"text": "", "tool_calls": [{"name": "run_terminal", "arguments": {"command": command}}]},
+                            {"text": "Made it."}]]
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    page.select_option("#mode", "review")
+    page.fill("#prompt", "make a file")
+    page.press("#prompt", "Enter")
+    card = page.locator(".permission")
+    expect(card.locator(".permission-input")).to_have_text(f"$ {command}")
+    expect(card.get_by_role("button", name="Edit")).to_have_count(0)
+    expect(card.locator("textarea")).to_have_count(0)
+    card.locator('button[data-option-id="allow_once"]').click()
+    expect(page.locator(".note.turn-end")).to_have_attribute("data-stop-reason", "end_turn")
+    assert permission_answers(sent) == [{"outcome": {"outcome": "selected", "optionId": "allow_once"}}]
+    assert (server.workspace / "made.txt").read_text() == "made\n"
 
 
 @needs_chromium

@@ -1,0 +1,119 @@
+"""Editable diff review (agent/review.py): the person's text of an accepted edit reaches the file,
+merged with what changed while they reviewed, or refused without writing when both changed the
+same lines; the model is told the difference; a refusal or an unchanged text changes nothing."""
+
+from __future__ import annotations
+
+from agent.loop import Agent
+from agent.permissions import PermissionPolicy
+from agent.policy import Reply
+from agent.review import Reviewed, merge3
+from agent.session_log import SessionLog, read_session
+from agent.tools.base import ToolContext, ToolRegistry
+from agent.tools.files import file_tools
+from agent.workspace import Workspace
+from model.toolcalls import ToolCall
+from tests.agent.test_loop import ScriptedPolicy
+
+BASE = "def area(w, h):\n    return w + h\n\n\ndef name():\n    return 'box'\n"
+EDIT = ToolCall("edit_file", {"path": "shape.py", "old_string": "return w + h", "new_string": "return w * h"})
+
+
+def test_merge_keeps_both_sides_changes_of_different_lines():
+    base = "a\nb\nc\nd\ne\n"
+    assert merge3(base, "a\nB\nc\nd\ne\n", "a\nb\nc\nd\nE\n") == "a\nB\nc\nd\nE\n"
+    assert merge3(base, "z\na\nb\nc\nd\ne\n", "a\nb\nc\ne\n") == "z\na\nb\nc\ne\n"  # insert and delete
+
+
+def test_merge_refuses_changes_of_the_same_lines_and_agrees_with_identical_ones():
+    base = "a\nb\nc\n"
+    assert merge3(base, "a\nX\nc\n", "a\nY\nc\n") is None
+    assert merge3(base, "a\nX\nc\n", "a\nX\nc\n") == "a\nX\nc\n"
+    assert merge3(base, "a\nnew\nb\nc\n", "a\nother\nb\nc\n") is None  # two insertions at one point
+    assert merge3(base, "a\nb\nc", "A\nb\nc\n") == "A\nb\nc"  # a last line without its newline
+
+
+def _agent(tmp_path, reply, replies=None, log=None):
+    (tmp_path / "shape.py").write_text(BASE)
+    asked: list[dict] = []
+
+    async def person(tool_call, decision):
+        asked.append(tool_call)
+        return reply(tool_call) if callable(reply) else reply
+
+    policy = ScriptedPolicy(replies or [Reply("", [EDIT], "tool_calls")])
+    agent = Agent(policy, ToolRegistry(file_tools()), ToolContext(Workspace(tmp_path)), system="sys",
+                  permissions=PermissionPolicy(default="ask"), ask=person, log=log)
+    return agent, policy, asked
+
+
+def _told(policy) -> str:
+    return [m for m in policy.seen[-1] if m["role"] == "tool"][-1]["content"]
+
+
+async def test_the_person_s_text_is_written_and_the_model_told_how_it_differs(tmp_path):
+    revised = BASE.replace("return w + h", "return abs(w * h)")
+    log = SessionLog.open(tmp_path, model={"id": "scripted"}, sampler={}, tools=[], system_prompt="sys",
+                          log_dir=tmp_path / "logs")
+    agent, policy, asked = _agent(tmp_path, Reviewed("allow_once", revised), log=log)
+    await agent.run_turn("fix area")
+    log.close()
+    assert (tmp_path / "shape.py").read_text() == revised
+    assert asked[0]["content"][0]["newText"] == BASE.replace("w + h", "w * h")
+    told = _told(policy)
+    assert "The user changed your proposed edit" in told
+    assert "-    return w * h" in told and "+    return abs(w * h)" in told
+    records = read_session(log.path)
+    [permission] = [r for r in records if r["type"] == "permission"]
+    [call] = [r for r in records if r["type"] == "tool_call"]
+    assert permission["revised"] is True and permission["outcome"] == "allow_once"
+    assert "+    return abs(w * h)" in call["data"]["user_diff"] and call["status"] == "completed"
+
+
+async def test_a_change_made_while_the_person_reviewed_is_kept(tmp_path):
+    def typed_elsewhere_then_allowed(tool_call):
+        (tmp_path / "shape.py").write_text(BASE.replace("'box'", "'square'"))
+        return Reviewed("allow_once", BASE.replace("return w + h", "return w * h  # area"))
+
+    agent, policy, _ = _agent(tmp_path, typed_elsewhere_then_allowed)
+    await agent.run_turn("fix area")
+    assert (tmp_path / "shape.py").read_text() == BASE.replace("return w + h", "return w * h  # area").replace(
+        "'box'", "'square'")
+    assert "merged with changes made to the file" in _told(policy)
+
+
+async def test_a_revision_that_clashes_with_a_change_meanwhile_writes_nothing(tmp_path):
+    theirs = BASE.replace("return w + h", "return w - h")
+
+    def changed_the_same_line_then_allowed(tool_call):
+        (tmp_path / "shape.py").write_text(theirs)
+        return Reviewed("allow_once", BASE.replace("return w + h", "return w * h  # area"))
+
+    agent, policy, _ = _agent(tmp_path, changed_the_same_line_then_allowed)
+    await agent.run_turn("fix area")
+    assert (tmp_path / "shape.py").read_text() == theirs
+    told = _told(policy)
+    assert "nothing was written" in told and "+    return w * h  # area" in told
+
+
+async def test_a_refusal_or_an_unchanged_proposal_ignores_the_revised_text(tmp_path):
+    agent, policy, _ = _agent(tmp_path, Reviewed("reject_once", "anything\n"))
+    await agent.run_turn("fix area")
+    assert (tmp_path / "shape.py").read_text() == BASE
+    assert "did not allow" in _told(policy)
+
+    proposed = BASE.replace("w + h", "w * h")
+    agent, policy, _ = _agent(tmp_path, Reviewed("allow_once", proposed.replace("\n", "\r\n")))
+    await agent.run_turn("fix area")
+    assert (tmp_path / "shape.py").read_text() == proposed
+    assert _told(policy).startswith("Edited shape.py")  # the model's own call ran
+
+
+async def test_a_new_file_can_be_revised_before_it_is_created(tmp_path):
+    write = ToolCall("write_file", {"path": "notes.md", "content": "todo\n"})
+    agent, policy, asked = _agent(tmp_path, Reviewed("allow_once", "# Notes\ntodo\n"),
+                                  replies=[Reply("", [write], "tool_calls")])
+    await agent.run_turn("write notes")
+    assert asked[0]["content"][0]["oldText"] is None
+    assert (tmp_path / "notes.md").read_text() == "# Notes\ntodo\n"
+    assert "+# Notes" in _told(policy)
