@@ -31,20 +31,19 @@ Tests: .venv/bin/python -m pytest tests/agent/test_permissions.py
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import functools
 import hashlib
 import json
 import logging
 import os
 import tomllib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from agent.permissions import Action, PermissionPolicy, Rule, default_editor_policy, parse_action
 from agent.textfile import atomic_write
+from model.home import file_lock
 
 log = logging.getLogger("composer.permissions")
 WORKSPACE_FILES = (".composer/permissions.json", ".composer/permissions.toml")
@@ -92,7 +91,7 @@ def remember_answers(path: Path, rules: list[Rule]) -> None:
     lock). A file that cannot be read or written is logged and left alone: the answers still hold
     for this session."""
     try:
-        with _answers_lock(path):
+        with file_lock(path):
             kept = load_rules(path)[0] if path.is_file() else []
             new = [rule for rule in rules if rule not in kept]
             if new:
@@ -103,18 +102,10 @@ def remember_answers(path: Path, rules: list[Rule]) -> None:
 
 def forget_answers(path: Path) -> bool:
     """Deletes the answers file (readable or not), after any session adding to it; True if it was there."""
-    with _answers_lock(path):
+    with file_lock(path):
         existed = path.is_file()
         path.unlink(missing_ok=True)
     return existed
-
-
-@contextlib.contextmanager
-def _answers_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 def user_permissions_file() -> Path:
