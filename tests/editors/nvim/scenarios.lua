@@ -61,10 +61,12 @@ local function start(config)
   return buf, win
 end
 
---- A stub vim.ui.select answering with the option whose optionId is `answer`.
-local function answer_permissions(answer)
-  local asked = {}
+--- A stub vim.ui.select answering its n-th question with the option whose optionId is the n-th
+--- of `...` (the last one for any question after).
+local function answer_permissions(...)
+  local answers, asked = { ... }, {}
   vim.ui.select = function(items, opts, on_choice)
+    local answer = answers[math.min(#asked + 1, #answers)]
     local names, choice = {}, nil
     for _, item in ipairs(items) do
       names[#names + 1] = opts.format_item(item)
@@ -74,6 +76,61 @@ local function answer_permissions(answer)
     on_choice(choice)
   end
   return asked
+end
+
+--- Wraps the plugin's session/request_permission handler (call before start()): each request
+--- is marked revisable, or not, as `revisable` says, and the plugin's answer is recorded.
+--- `server_marked` records whether composer-lsp marked it itself: its side of `revisable` is
+--- built beside the plugin's, so what it does with the answer is checked only where it does.
+local function intercept_permissions(revisable)
+  local answers = {}
+  local function handler(err, params, hctx)
+    params._meta = params._meta or {}
+    params._meta.composer = params._meta.composer or {}
+    local record = { server_marked = params._meta.composer.revisable == true }
+    params._meta.composer.revisable = revisable or nil
+    record.answer = require('composer').on_permission(err, params, hctx)
+    answers[#answers + 1] = record
+    return record.answer
+  end
+  vim.lsp.config('composer', { handlers = { ['session/request_permission'] = handler } })
+  return answers
+end
+
+--- The buffer named exactly `name`, else nil (bufnr() would take `name` as a pattern).
+local function buffer_named(name)
+  for _, buf in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_get_name(buf) == name then
+      return buf
+    end
+  end
+end
+
+--- Waits for the review of hello.py to open; checks it is a diff of the current text and the
+--- proposal, with the cursor in the proposal. Returns the proposal's buffer.
+local function wait_review()
+  wait(20000, function()
+    return buffer_named('composer://proposal/hello.py') ~= nil
+  end, ('the proposal to open (chat so far:\n%s)'):format(chat_text()))
+  local proposal = buffer_named('composer://proposal/hello.py')
+  local current = buffer_named('composer://current/hello.py')
+  check(current, 'the current text is shown beside the proposal')
+  check(vim.api.nvim_get_current_buf() == proposal, 'the cursor is in the proposal')
+  check(vim.deep_equal(lines(proposal), { "print('goodbye')" }), 'the proposal holds newText')
+  check(vim.deep_equal(lines(current), { "print('hello')" }), 'the current text is oldText')
+  check(vim.bo[proposal].filetype == 'python', 'the proposal has the file type of hello.py')
+  for _, buf in ipairs({ current, proposal }) do
+    check(vim.wo[vim.fn.bufwinid(buf)].diff, vim.api.nvim_buf_get_name(buf) .. ' is in diff mode')
+  end
+  check(#vim.api.nvim_list_tabpages() == 2, 'the review has a tab of its own')
+  return proposal
+end
+
+--- Checks that the review closed: its buffers gone, back in the tab the turn started from.
+local function check_review_closed()
+  check(not buffer_named('composer://proposal/hello.py'), 'the proposal buffer was wiped')
+  check(not buffer_named('composer://current/hello.py'), 'the current-text buffer was wiped')
+  check(#vim.api.nvim_list_tabpages() == 1, 'the review tab closed')
 end
 
 function S.chat()
@@ -183,15 +240,18 @@ function S.cancel()
 end
 
 function S.permission_accept()
+  local answers = intercept_permissions(false) -- a client that knows nothing of `revisable`
   local buf = start({ mode = 'review' })
   local asked = answer_permissions('allow_once')
   vim.cmd('ComposerChat say goodbye')
   local turn = wait_turn(1)
-  result.asked = asked
+  result.asked, result.answers = asked, answers
   check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
   check(#asked == 1, 'asked once, not ' .. #asked .. ' times')
   check(asked[1].kind == 'composer_permission', 'the select has the composer kind')
   check(vim.tbl_contains(asked[1].options, 'Allow'), 'Allow is offered')
+  check(not vim.tbl_contains(asked[1].options, 'Edit, then allow'), 'no editing when not revisable')
+  check(answers[1].answer._meta == nil, 'a plain allow carries no _meta')
   check(vim.deep_equal(lines(buf), { "print('goodbye')" }), 'the accepted edit reached the buffer')
   check(chat_text():find("+print('goodbye')", 1, true), 'the chat showed the diff')
 end
@@ -213,6 +273,76 @@ function S.permission_reject()
     'the rejected edit did not reach the buffer'
   )
   check(chat_text():find('[failed]', 1, true), 'the refused call shows as failed')
+end
+
+function S.review_edit()
+  local answers = intercept_permissions(true)
+  local buf = start({ mode = 'review' })
+  local asked = answer_permissions('composer_edit')
+  vim.cmd('ComposerChat say goodbye')
+  wait_review()
+  vim.cmd('substitute/goodbye/see you/')
+  vim.cmd.write() -- accepts the proposal as edited
+  local turn = wait_turn(1)
+  result.asked, result.answers = asked, answers
+  check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
+  check(#asked == 1, 'asked once, not ' .. #asked .. ' times')
+  check(vim.tbl_contains(asked[1].options, 'Edit, then allow'), 'editing is offered')
+  local answer = answers[1].answer
+  check(answer.outcome.optionId == 'allow_once', 'answered allow_once')
+  check(
+    vim.deep_equal(answer._meta, { composer = { revisedText = "print('see you')\n" } }),
+    'the answer carries the edited text, with the final newline of newText'
+  )
+  check_review_closed()
+  if answers[1].server_marked then
+    check(vim.deep_equal(lines(buf), { "print('see you')" }), 'the edited text reached the buffer')
+  end
+end
+
+function S.review_unedited()
+  local answers = intercept_permissions(true)
+  local buf = start({ mode = 'review' })
+  answer_permissions('composer_edit')
+  vim.cmd('ComposerChat say goodbye')
+  wait_review()
+  vim.cmd('wq') -- the write accepts; the quit must close only the proposal's window
+  local turn = wait_turn(1)
+  result.answers = answers
+  check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
+  local answer = answers[1].answer
+  check(answer.outcome.optionId == 'allow_once', 'answered allow_once')
+  check(answer._meta == nil, 'an unedited proposal answers without _meta')
+  check_review_closed()
+  check(vim.deep_equal(lines(buf), { "print('goodbye')" }), 'the proposed edit reached the buffer')
+end
+
+function S.review_reject()
+  local answers = intercept_permissions(true)
+  local buf = start({ mode = 'review' })
+  -- Edit, give the review up unwritten (back to the question), then reject.
+  local asked = answer_permissions('composer_edit', 'reject_once')
+  vim.cmd('ComposerChat say goodbye')
+  local proposal = wait_review()
+  vim.cmd('substitute/goodbye/see you/')
+  local closed = pcall(vim.cmd.quit)
+  check(not closed and vim.api.nvim_buf_is_valid(proposal), 'a plain :q keeps a changed proposal')
+  vim.cmd('quit!')
+  local turn = wait_turn(1)
+  result.asked, result.answers = asked, answers
+  check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
+  check(#asked == 2, 'asked again after the review closed, ' .. #asked .. ' questions in all')
+  check(#answers == 1, 'answered once, not ' .. #answers .. ' times')
+  local reject = { outcome = { outcome = 'selected', optionId = 'reject_once' } }
+  check(
+    vim.deep_equal(answers[1].answer, reject),
+    'the reject carries nothing but the option: ' .. vim.inspect(answers[1].answer)
+  )
+  check_review_closed()
+  check(
+    vim.deep_equal(lines(buf), { "print('hello')" }),
+    'the rejected edit did not reach the buffer'
+  )
 end
 
 function S.fix()

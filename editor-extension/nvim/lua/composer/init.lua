@@ -265,9 +265,10 @@ function Composer.on_update(_, params, ctx)
 end
 
 --- `session/request_permission`: shows the call (its diff, or its whole command) in the chat and
---- asks with vim.ui.select, a weaker sandbox's warning first in the prompt. Neovim runs server
---- requests in a coroutine, so this yields until the answer.
-function Composer.on_permission(_, params)
+--- asks with vim.ui.select, a weaker sandbox's warning first in the prompt. A revisable edit
+--- (|composer-review|) also offers "Edit, then allow". Neovim runs server requests in a
+--- coroutine, so this yields until the answer.
+function Composer.on_permission(_, params, ctx)
   local co, is_main = coroutine.running()
   if not co or is_main then
     return { outcome = { outcome = 'cancelled' } }
@@ -277,31 +278,34 @@ function Composer.on_permission(_, params)
     H.chat().tool(call)
   end
   H.chat().show(Composer.config.chat.open, false) -- the diff to review
-  local prompt = ('Composer wants to %s'):format(call.title or 'run a tool')
-  for _, item in ipairs(type(call.content) == 'table' and call.content or {}) do
-    local text = type(item) == 'table' and type(item.content) == 'table' and item.content.text
-    if type(text) == 'string' and vim.startswith(text, 'Warning:') then
-      prompt = text .. '\n' .. prompt
-    end
+  local diff = H.revisable(params)
+  local options = params.options or {}
+  if diff then
+    options = H.with_edit(options)
   end
   local opts = {
-    prompt = prompt,
+    prompt = H.permission_prompt(call),
     kind = 'composer_permission',
     format_item = function(option)
       return option.name
     end,
   }
-  vim.ui.select(params.options or {}, opts, function(choice)
-    -- Scheduled so that a synchronous vim.ui.select cannot resume before the yield below.
-    vim.schedule(function()
-      coroutine.resume(co, choice)
+  local client = ctx and vim.lsp.get_client_by_id(ctx.client_id)
+  while true do
+    local choice = H.await(function(resume)
+      vim.ui.select(options, opts, resume)
     end)
-  end)
-  local choice = coroutine.yield()
-  if type(choice) == 'table' and choice.optionId then
-    return { outcome = { outcome = 'selected', optionId = choice.optionId } }
+    if choice ~= H.edit_option then
+      return H.selected(choice)
+    end
+    local text = H.await(function(resume)
+      require('composer.review').open(diff, client and client.root_dir, resume)
+    end)
+    if text then
+      return H.allowed(diff, text)
+    end
+    -- Closed unwritten: not an answer, so ask again (where dismissing the select rejects).
   end
-  return { outcome = { outcome = 'cancelled' } }
 end
 
 --- `workspace/applyEdit`: Neovim's handler, except that an edit to a buffer that changed since
@@ -433,6 +437,92 @@ function H.done(session_id, err, result)
     modeline = false,
     data = { sessionId = session_id, stopReason = stop, error = err and err.message },
   })
+end
+
+--- The option that opens the review of a revisable edit. Never sent to the server: the review,
+--- once written, answers allow_once.
+H.edit_option = { optionId = 'composer_edit', name = 'Edit, then allow', kind = 'allow_once' }
+
+--- The diff item of a revisable permission request: `_meta.composer.revisable` set and one diff
+--- in the call's content. Nil for any other request, which then offers no editing.
+---@return table?
+function H.revisable(params)
+  local meta = type(params._meta) == 'table' and params._meta.composer
+  local call = params.toolCall
+  if type(meta) ~= 'table' or meta.revisable ~= true or type(call) ~= 'table' then
+    return nil
+  end
+  local diffs = vim.tbl_filter(function(item)
+    return type(item) == 'table' and item.type == 'diff'
+  end, type(call.content) == 'table' and call.content or {})
+  local diff = diffs[1]
+  if #diffs == 1 and type(diff.path) == 'string' and type(diff.newText) == 'string' then
+    return diff
+  end
+end
+
+--- `options` with the edit option after allow_once, the answer a written proposal sends; as they
+--- are where there is no allow_once to send.
+---@param options table[]
+---@return table[]
+function H.with_edit(options)
+  for i, option in ipairs(options) do
+    if type(option) == 'table' and option.optionId == 'allow_once' then
+      local with = vim.list_slice(options)
+      table.insert(with, i + 1, H.edit_option)
+      return with
+    end
+  end
+  return options
+end
+
+--- The select's prompt: what the call does, after any sandbox warning among its content.
+function H.permission_prompt(call)
+  local prompt = ('Composer wants to %s'):format(call.title or 'run a tool')
+  for _, item in ipairs(type(call.content) == 'table' and call.content or {}) do
+    local text = type(item) == 'table' and type(item.content) == 'table' and item.content.text
+    if type(text) == 'string' and vim.startswith(text, 'Warning:') then
+      prompt = text .. '\n' .. prompt
+    end
+  end
+  return prompt
+end
+
+--- Runs `start(resume)` and yields the running coroutine until `resume(value)`; returns `value`.
+--- The resume is scheduled, so that a `start` calling back at once cannot resume before the
+--- yield. A `start` that fails resumes with nil rather than leaving the server waiting.
+function H.await(start)
+  local co = coroutine.running()
+  local function resume(value)
+    vim.schedule(function()
+      coroutine.resume(co, value)
+    end)
+  end
+  local ok, err = pcall(start, resume)
+  if not ok then
+    H.notify(tostring(err), vim.log.levels.ERROR)
+    resume(nil)
+  end
+  return coroutine.yield()
+end
+
+--- The answer to a chosen permission option; no choice (the select dismissed) cancels.
+function H.selected(choice)
+  if type(choice) == 'table' and choice.optionId then
+    return { outcome = { outcome = 'selected', optionId = choice.optionId } }
+  end
+  return { outcome = { outcome = 'cancelled' } }
+end
+
+--- The answer to a written proposal: allow_once, with the person's text where they changed it.
+---@param diff table
+---@param text string
+function H.allowed(diff, text)
+  local answer = H.selected({ optionId = 'allow_once' })
+  if text ~= diff.newText then
+    answer._meta = { composer = { revisedText = text } }
+  end
+  return answer
 end
 
 --- The diagnostic at (row, col) of `bufnr` (0-based), else the line's first.
