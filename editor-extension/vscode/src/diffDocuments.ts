@@ -1,5 +1,6 @@
 /* Diffs in VS Code's diff editor: the two sides of a proposed or finished edit are served as
- * read-only virtual documents (scheme `composer-diff`) and opened with `vscode.diff`.
+ * read-only virtual documents (scheme `composer-diff`) and opened with `vscode.diff`. A revisable
+ * proposal's editable side is not served here but by proposalDocuments.ts; its read-only side is.
  */
 
 import * as path from 'path';
@@ -22,6 +23,13 @@ export class DiffDocuments implements vscode.TextDocumentContentProvider {
     this.texts.set(key, text);
     while (this.texts.size > KEEP * 2) this.texts.delete(this.texts.keys().next().value as string);
     return vscode.Uri.from({ scheme: DIFF_SCHEME, path: key });
+  }
+
+  /** The read-only "before" side of `diff` alone: the file as it is. */
+  before(diff: DiffContent): vscode.Uri {
+    const left = this.put('before', path.basename(diff.path), diff.oldText ?? '');
+    this.next++;
+    return left;
   }
 
   async open(diff: DiffContent, label: string): Promise<void> {

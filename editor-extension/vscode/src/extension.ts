@@ -13,6 +13,7 @@ import { registerLogger, traceError, traceInfo, traceLog, traceWarn } from './co
 import { restartServer, SERVER_NAME } from './common/server';
 import { checkIfConfigurationChanged, getProjectRoot, getWorkspaceSettings } from './common/settings';
 import { DIFF_SCHEME, DiffDocuments } from './diffDocuments';
+import { PROPOSAL_SCHEME, ProposalDocuments } from './proposalDocuments';
 import { SessionClient } from './protocol/sessionClient';
 import { SERVER_COMMANDS } from './protocol/types';
 import { StatusBar } from './statusBar';
@@ -26,14 +27,16 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   const rootPath = root?.uri.fsPath ?? null;
   const settings = getWorkspaceSettings(root);
   const log = { info: traceInfo, warn: traceWarn, error: traceError };
-  const sessions = new SessionClient({ cwd: rootPath, mode: settings.mode, log: (level, m) => log[level](m) });
-
   const diffs = new DiffDocuments();
-  context.subscriptions.push(vscode.workspace.registerTextDocumentContentProvider(DIFF_SCHEME, diffs));
+  const proposals = new ProposalDocuments(diffs);
+  context.subscriptions.push(vscode.workspace.registerTextDocumentContentProvider(DIFF_SCHEME, diffs),
+    vscode.workspace.registerFileSystemProvider(PROPOSAL_SCHEME, proposals, { isCaseSensitive: true }));
+  const sessions = new SessionClient({ cwd: rootPath, mode: settings.mode, log: (level, m) => log[level](m), proposals });
 
   let ctx: CommandContext;
   const view = new ChatViewProvider(context.extensionUri, sessions, {
     openDiff: (diff, label) => diffs.open(diff, label),
+    editProposal: (requestId, diff) => proposals.open(requestId, diff),
     openLocation: async (file, line) => {
       const at = line ? new vscode.Position(Math.max(0, line - 1), 0) : undefined;
       await vscode.window.showTextDocument(vscode.Uri.file(file), at ? { selection: new vscode.Range(at, at) } : {});

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { currentSession, pendingPermissions, ToolItem } from '../src/protocol/chatState';
-import { SessionClient } from '../src/protocol/sessionClient';
-import { chunk, FakeConnection, MODES, permissionParams, WEAK } from './support/fakeConnection';
+import { ProposalEditor, SessionClient } from '../src/protocol/sessionClient';
+import { chunk, DIFF, FakeConnection, MODES, permissionParams, revisablePermissionParams, WEAK } from './support/fakeConnection';
 
 function setUp(responders: Record<string, (p: any) => unknown> = {}, mode: 'agent' | 'review' = 'agent') {
   const conn = new FakeConnection({
@@ -208,5 +208,98 @@ describe('the session client creating a session', () => {
     const { conn, client } = setUp();
     await Promise.allSettled([client.prompt('one'), client.prompt('two')]);
     expect(conn.sent.filter((r) => r.method === 'session/new')).toHaveLength(1);
+  });
+});
+
+/** The diff editor as the session client sees it: what the person left in each proposal. */
+class FakeProposals implements ProposalEditor {
+  texts = new Map<number, string>();
+  discarded: number[] = [];
+  editedText(requestId: number): string | null {
+    return this.texts.get(requestId) ?? null;
+  }
+  discard(requestId: number): void {
+    this.discarded.push(requestId);
+  }
+}
+
+describe('the session client with revisable questions', () => {
+  async function asked(params: unknown) {
+    const proposals = new FakeProposals();
+    const conn = new FakeConnection({ 'session/new': () => ({ sessionId: 's1', modes: MODES }) });
+    const client = new SessionClient({ cwd: '/ws', proposals });
+    client.attach(conn);
+    await client.newSession();
+    const answer = conn.ask('session/request_permission', params);
+    const [pending] = pendingPermissions(currentSession(client.state));
+    return { client, proposals, answer, requestId: pending.permission.requestId, permission: pending.permission };
+  }
+
+  it('allows an edited proposal with the person\'s whole text as revisedText, then closes it', async () => {
+    const { client, proposals, answer, requestId, permission } = await asked(revisablePermissionParams('s1'));
+    expect(permission.revisable).toBe(true);
+    proposals.texts.set(requestId, "print('goodbye, world')\n");
+    client.answerPermission(requestId, 'allow_once');
+    expect(await answer).toEqual({ outcome: { outcome: 'selected', optionId: 'allow_once' },
+      _meta: { composer: { revisedText: "print('goodbye, world')\n" } } });
+    expect(proposals.discarded).toEqual([requestId]);
+    const tool = currentSession(client.state)!.items[0] as ToolItem;
+    expect(tool.permission!.answer).toEqual({ optionId: 'allow_once', revised: true });
+  });
+
+  it('sends the revision with "allow always" too', async () => {
+    const { client, proposals, answer, requestId } = await asked(revisablePermissionParams('s1'));
+    proposals.texts.set(requestId, 'mine\n');
+    client.answerPermission(requestId, 'allow_always');
+    expect((await answer)._meta).toEqual({ composer: { revisedText: 'mine\n' } });
+  });
+
+  it('allows an unedited proposal, or one edited back to the model\'s text, without _meta', async () => {
+    const untouched = await asked(revisablePermissionParams('s1'));
+    untouched.client.answerPermission(untouched.requestId, 'allow_once');
+    expect(await untouched.answer).toEqual({ outcome: { outcome: 'selected', optionId: 'allow_once' } });
+    expect(untouched.proposals.discarded).toEqual([untouched.requestId]);
+
+    const same = await asked(revisablePermissionParams('s1'));
+    same.proposals.texts.set(same.requestId, DIFF.newText);
+    same.client.answerPermission(same.requestId, 'allow_once');
+    expect(await same.answer).toEqual({ outcome: { outcome: 'selected', optionId: 'allow_once' } });
+  });
+
+  it('never sends the revision with a reject, a dismissal or a cancel, and closes the proposal each time', async () => {
+    for (const settle of [
+      (c: SessionClient, id: number) => c.answerPermission(id, 'reject_once'),
+      (c: SessionClient, id: number) => c.answerPermission(id, 'reject_always'),
+      (c: SessionClient, id: number) => c.answerPermission(id, null),
+      (c: SessionClient) => void c.cancel(),
+    ]) {
+      const { client, proposals, answer, requestId } = await asked(revisablePermissionParams('s1'));
+      proposals.texts.set(requestId, 'edited, then rejected\n');
+      settle(client, requestId);
+      const response = await answer;
+      expect(response).not.toHaveProperty('_meta');
+      expect(response.outcome.optionId ?? response.outcome.outcome).not.toMatch(/^allow/);
+      expect(proposals.discarded).toEqual([requestId]);
+    }
+  });
+
+  it('never offers editing, nor sends a revision, for a question that is not revisable', async () => {
+    const twoDiffs = revisablePermissionParams('s1');
+    twoDiffs.toolCall.content = [DIFF, { ...DIFF, path: '/ws/other.py' }];
+    for (const params of [permissionParams('s1'), twoDiffs]) {
+      const { client, proposals, answer, requestId, permission } = await asked(params);
+      expect(permission.revisable).toBe(false);
+      proposals.texts.set(requestId, 'typed somewhere\n');
+      client.answerPermission(requestId, 'allow_once');
+      expect(await answer).toEqual({ outcome: { outcome: 'selected', optionId: 'allow_once' } });
+      expect(proposals.discarded).toEqual([]);
+    }
+  });
+
+  it('still answers, as proposed, when the proposal cannot be read', async () => {
+    const { client, proposals, answer, requestId } = await asked(revisablePermissionParams('s1'));
+    proposals.editedText = () => { throw new Error('the document is gone'); };
+    client.answerPermission(requestId, 'allow_once');
+    expect(await answer).toEqual({ outcome: { outcome: 'selected', optionId: 'allow_once' } });
   });
 });

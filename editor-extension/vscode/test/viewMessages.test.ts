@@ -2,7 +2,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { currentSession } from '../src/protocol/chatState';
 import { SessionClient } from '../src/protocol/sessionClient';
 import { handleViewMessage, parseFromView, ViewHost } from '../src/protocol/viewMessages';
-import { FakeConnection, MODES, permissionParams } from './support/fakeConnection';
+import { DIFF, FakeConnection, MODES, permissionParams, revisablePermissionParams } from './support/fakeConnection';
 
 function setUp() {
   const conn = new FakeConnection({
@@ -13,7 +13,8 @@ function setUp() {
   });
   const client = new SessionClient({ cwd: '/ws' });
   client.attach(conn);
-  const host: ViewHost = { resync: vi.fn(), openDiff: vi.fn(), openLocation: vi.fn(), pickSession: vi.fn(), showError: vi.fn() };
+  const host: ViewHost = { resync: vi.fn(), openDiff: vi.fn(), editProposal: vi.fn(), openLocation: vi.fn(), pickSession: vi.fn(),
+    showError: vi.fn() };
   return { conn, client, host };
 }
 
@@ -71,6 +72,23 @@ describe('the chat view\'s messages', () => {
     const item = currentSession(client.state)!.items[0];
     await handleViewMessage({ type: 'openDiff', itemId: item.id, index: 0, source: 'permission' }, client, host);
     expect(host.openDiff).toHaveBeenCalledWith(expect.objectContaining({ path: '/ws/hello.py' }), 'proposed');
+    expect(host.editProposal).not.toHaveBeenCalled(); // not revisable: read-only
+  });
+
+  it('opens a waiting revisable question\'s diff for editing, and read-only once it is answered', async () => {
+    const { conn, client, host } = setUp();
+    await client.newSession();
+    void conn.ask('session/request_permission', revisablePermissionParams('s1'));
+    const requestId = client.pending()[0].requestId;
+    const item = currentSession(client.state)!.items[0];
+    const open = { type: 'openDiff', itemId: item.id, index: 0, source: 'permission' };
+    await handleViewMessage(open, client, host);
+    expect(host.editProposal).toHaveBeenCalledWith(requestId, DIFF);
+    expect(host.openDiff).not.toHaveBeenCalled();
+    client.answerPermission(requestId, 'reject_once');
+    await handleViewMessage(open, client, host);
+    expect(host.openDiff).toHaveBeenCalledWith(DIFF, 'proposed');
+    expect(host.editProposal).toHaveBeenCalledTimes(1);
   });
 
   it('new chat shows a draft; cancel reaches the server', async () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ChatState, initialState, reduce } from '../src/protocol/chatState';
 import { findDiff, header, statusOf, ViewSync } from '../src/protocol/viewModel';
-import { chunk, DIFF, MODES, permissionParams, terminalPermissionParams, WEAK } from './support/fakeConnection';
+import { chunk, DIFF, MODES, permissionParams, revisablePermissionParams, terminalPermissionParams, WEAK } from './support/fakeConnection';
 
 function running(): ChatState {
   let s = reduce(initialState(), { type: 'server', status: 'running' });
@@ -52,7 +52,16 @@ describe('the chat view model', () => {
 
     s = reduce(s, { type: 'permissionSettled', sessionId: 's', requestId: 3, answer: { optionId: 'allow_once' } });
     const answered = new ViewSync('/ws').next(s).items[1];
-    expect(answered.type === 'tool' && answered.permission).toMatchObject({ state: 'answered', answerLabel: 'Accepted' });
+    expect(answered.type === 'tool' && answered.permission).toMatchObject({ state: 'answered', answerLabel: 'Accepted', revisable: false });
+  });
+
+  it('marks a revisable question, and says when it was accepted with the person\'s changes', () => {
+    let s = reduce(running(), { type: 'permissionAsked', requestId: 3, params: revisablePermissionParams('s') });
+    const tool = new ViewSync('/ws').next(s).items[1];
+    expect(tool.type === 'tool' && tool.permission!.revisable).toBe(true);
+    s = reduce(s, { type: 'permissionSettled', sessionId: 's', requestId: 3, answer: { optionId: 'allow_once', revised: true } });
+    const answered = new ViewSync('/ws').next(s).items[1];
+    expect(answered.type === 'tool' && answered.permission!.answerLabel).toBe('Accepted, with your changes');
   });
 
   it('shows tool output as text or diff, and a failed call\'s error', () => {

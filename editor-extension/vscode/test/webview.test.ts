@@ -6,7 +6,7 @@ import { initialState, reduce } from '../src/protocol/chatState';
 import type { FromView } from '../src/protocol/view';
 import { ViewSync } from '../src/protocol/viewModel';
 import { mount, renderText } from '../src/webview/main';
-import { chunk, MODES, permissionParams, terminalPermissionParams, WEAK } from './support/fakeConnection';
+import { chunk, MODES, permissionParams, revisablePermissionParams, terminalPermissionParams, WEAK } from './support/fakeConnection';
 
 let root: HTMLElement;
 let posted: FromView[];
@@ -21,13 +21,13 @@ beforeEach(() => {
 const $ = (sel: string) => root.querySelector(sel) as HTMLElement;
 const $$ = (sel: string) => [...root.querySelectorAll(sel)] as HTMLElement[];
 
-function state() {
+function state(params: ReturnType<typeof permissionParams> = permissionParams('s')) {
   let s = reduce(initialState(), { type: 'server', status: 'running' });
   s = reduce(s, { type: 'opened', sessionId: 's', modes: MODES as any, cwd: '/ws' });
   s = reduce(s, { type: 'prompted', sessionId: 's', text: 'say goodbye' });
   s = reduce(s, { type: 'update', sessionId: 's', update: chunk('I will edit `hello.py`.') });
   s = reduce(s, { type: 'update', sessionId: 's', update: { sessionUpdate: 'tool_call', toolCallId: 'call_0', title: 'edit_file hello.py', kind: 'edit', status: 'pending' } });
-  return reduce(s, { type: 'permissionAsked', requestId: 4, params: permissionParams('s') });
+  return reduce(s, { type: 'permissionAsked', requestId: 4, params });
 }
 
 describe('the chat webview', () => {
@@ -52,6 +52,20 @@ describe('the chat webview', () => {
     const toolId = $('[data-testid="tool"]').dataset.id!;
     expect(posted).toEqual([{ type: 'answer', requestId: 4, optionId: 'allow_once' },
       { type: 'openDiff', itemId: toolId, index: 0, source: 'permission' }]);
+  });
+
+  it('says a revisable question\'s edit can be changed in the diff, only while it waits', () => {
+    const view = mount(root, (m) => posted.push(m));
+    view.receive(new ViewSync('/ws').next(state()));
+    expect($('[data-testid="permission-revisable"]')).toBeNull();
+    const sync = new ViewSync('/ws');
+    let s = state(revisablePermissionParams('s'));
+    view.receive(sync.next(s));
+    expect($('[data-testid="permission-revisable"]').textContent).toContain('edit the right side, then Accept');
+    s = reduce(s, { type: 'permissionSettled', sessionId: 's', requestId: 4, answer: { optionId: 'allow_once', revised: true } });
+    view.receive(sync.next(s));
+    expect($('[data-testid="permission-revisable"]')).toBeNull();
+    expect($('[data-testid="answer"]').textContent).toBe('Accepted, with your changes');
   });
 
   it('repaints only changed items, in order, and shows the answer once settled', () => {

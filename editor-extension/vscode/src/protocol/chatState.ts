@@ -25,7 +25,8 @@ export interface MessageItem {
   text: string;
 }
 
-export type PermissionAnswer = { optionId: string } | { cancelled: string };
+/** `revised`: the allow answer carried the person's own text of the proposal. */
+export type PermissionAnswer = { optionId: string; revised?: boolean } | { cancelled: string };
 
 export interface PermissionState {
   requestId: number;
@@ -36,6 +37,8 @@ export interface PermissionState {
   reasons: string[];
   /** The question's text blocks: a command shown whole, a weaker sandbox's warning. */
   details: string[];
+  /** The person may edit the proposed diff before allowing it (see revisableDiff). */
+  revisable: boolean;
   /** Unset while the question waits for an answer. */
   answer?: PermissionAnswer;
 }
@@ -381,6 +384,16 @@ function upsertTool(d: Draft, s: SessionState, u: ToolCallFields, isNew: boolean
   d.change<ToolItem>(s, index, changes);
 }
 
+/** The diff a question lets the person change before allowing it: set when the server marks it
+ * `_meta.composer.revisable` and the call's content holds exactly one diff; null otherwise (then
+ * the question is answered as any other). */
+export function revisableDiff(params: RequestPermissionParams): DiffContent | null {
+  if (params._meta?.composer?.revisable !== true) return null;
+  const content = Array.isArray(params.toolCall?.content) ? params.toolCall.content : [];
+  const diffs = content.filter((c): c is DiffContent => !!c && c.type === 'diff');
+  return diffs.length === 1 && typeof diffs[0].path === 'string' && typeof diffs[0].newText === 'string' ? diffs[0] : null;
+}
+
 function askPermission(d: Draft, requestId: number, params: RequestPermissionParams): void {
   const s = d.session(params.sessionId)!;
   const call = params.toolCall ?? ({ toolCallId: '' } as ToolCallFields);
@@ -401,6 +414,7 @@ function askPermission(d: Draft, requestId: number, params: RequestPermissionPar
     reasons: Array.isArray(asked) ? asked.map((a) => String(a.text ?? '')) : [],
     details: content.flatMap((c) => (c && c.type === 'content' && typeof (c.content as { text?: unknown })?.text === 'string'
       ? [String((c.content as { text: string }).text)] : [])),
+    revisable: revisableDiff(params) !== null,
   };
   s.open = null;
   d.change<ToolItem>(s, index, { permission });

@@ -8,14 +8,16 @@
  *   await client.refreshIsolation();                // the sandbox level, for the status bar
  *   client.onDidChange((state) => render(state));
  *   await client.prompt('rename foo to bar');       // creates the session on first use
- *   client.answerPermission(requestId, 'allow_once');
+ *   client.answerPermission(requestId, 'allow_once');   // with the person's text, if they edited the proposal
  *
  * No `vscode` import: this module runs in plain Node.
  */
 
-import { ChatAction, ChatState, currentSession, initialState, pendingPermissions, PermissionAnswer, reduce, ServerStatus } from './chatState';
 import {
-  ContentBlock, IsolationStatus, METHODS, ModeId, NewSessionResult, PromptResult, ProtocolDiagnostic,
+  ChatAction, ChatState, currentSession, initialState, pendingPermissions, PermissionAnswer, reduce, revisableDiff, ServerStatus,
+} from './chatState';
+import {
+  ContentBlock, DiffContent, IsolationStatus, METHODS, ModeId, NewSessionResult, PromptResult, ProtocolDiagnostic,
   RequestPermissionParams, RequestPermissionResponse, RewindResult, SERVER_COMMANDS, SessionInfo, SessionModes,
   SessionNotification,
 } from './types';
@@ -35,12 +37,24 @@ export interface RpcConnection {
 
 export type LogLevel = 'info' | 'warn' | 'error';
 
+/** Where the person edits a revisable question's proposal (in VS Code, the diff editor's right
+ * side; see proposalDocuments.ts). Keyed by the client's permission request ids. */
+export interface ProposalEditor {
+  /** The person's text of the proposal, unsaved typing included; null when they did not change
+   * it (or never opened it). */
+  editedText(requestId: number): string | null;
+  /** The question is settled: close the proposal without asking to save it. */
+  discard(requestId: number): void;
+}
+
 export interface SessionClientOptions {
   /** The workspace sessions work in (session/new's cwd); the server's own workspace when unset. */
   cwd?: string | null;
   /** The mode new chats start in. */
   mode?: ModeId;
   log?: (level: LogLevel, message: string) => void;
+  /** Revisable questions' proposals; without it, questions are answered as if none were. */
+  proposals?: ProposalEditor;
 }
 
 export function errorMessage(err: unknown): string {
@@ -49,7 +63,14 @@ export function errorMessage(err: unknown): string {
   return String(err);
 }
 
-type Waiting = { sessionId: string; resolve: (r: RequestPermissionResponse) => void };
+type Waiting = {
+  sessionId: string;
+  resolve: (r: RequestPermissionResponse) => void;
+  /** The diff the person may revise (revisable questions only). */
+  proposal: DiffContent | null;
+  /** The options that allow the call: only they may carry a revision. */
+  allowIds: string[];
+};
 
 export class SessionClient {
   private conn: RpcConnection | null = null;
@@ -165,7 +186,9 @@ export class SessionClient {
     const requestId = this.nextRequestId++;
     this.log('info', `permission asked (${requestId}): ${params.toolCall?.title ?? 'a tool call'}`);
     return new Promise((resolve) => {
-      this.waiting.set(requestId, { sessionId: params.sessionId, resolve });
+      const allowIds = (Array.isArray(params.options) ? params.options : [])
+        .filter((o) => o.kind === 'allow_once' || o.kind === 'allow_always').map((o) => o.optionId);
+      this.waiting.set(requestId, { sessionId: params.sessionId, resolve, proposal: revisableDiff(params), allowIds });
       this.dispatch({ type: 'permissionAsked', requestId, params });
     });
   }
@@ -180,8 +203,26 @@ export class SessionClient {
 
   private finish(requestId: number, w: Waiting, answer: PermissionAnswer, record = true): void {
     this.waiting.delete(requestId);
-    w.resolve({ outcome: 'optionId' in answer ? { outcome: 'selected', optionId: answer.optionId } : { outcome: 'cancelled' } });
-    if (record) this.dispatch({ type: 'permissionSettled', sessionId: w.sessionId, requestId, answer });
+    const revisedText = 'optionId' in answer ? this.revisedText(requestId, w, answer.optionId) : null;
+    // read first, then closed: whatever settles the question (answer, cancel, turn end, detach)
+    if (w.proposal) this.options.proposals?.discard(requestId);
+    w.resolve(permissionResponse(answer, revisedText));
+    const settled = revisedText === null ? answer : { ...answer, revised: true };
+    if (record) this.dispatch({ type: 'permissionSettled', sessionId: w.sessionId, requestId, answer: settled });
+  }
+
+  /** The person's text of the proposal, sent with an allow answer when it differs from the model's
+   * (the protocol's `revisedText`); null for anything else: rejects never carry it. */
+  private revisedText(requestId: number, w: Waiting, optionId: string): string | null {
+    if (!w.proposal || !this.options.proposals || !w.allowIds.includes(optionId)) return null;
+    try {
+      const text = this.options.proposals.editedText(requestId);
+      return text !== null && text !== w.proposal.newText ? text : null;
+    } catch (err) {
+      // the answer must still go out, or the server waits for ever
+      this.log('error', `could not read the edited proposal (${requestId}), allowed as proposed: ${errorMessage(err)}`);
+      return null;
+    }
   }
 
   private settleSession(sessionId: string, why: string): void {
@@ -329,6 +370,12 @@ export class SessionClient {
   pending(): { requestId: number; title: string }[] {
     return pendingPermissions(currentSession(this.current)).map((p) => ({ requestId: p.permission.requestId, title: p.permission.title }));
   }
+}
+
+function permissionResponse(answer: PermissionAnswer, revisedText: string | null): RequestPermissionResponse {
+  if (!('optionId' in answer)) return { outcome: { outcome: 'cancelled' } };
+  const outcome = { outcome: 'selected', optionId: answer.optionId } as const;
+  return revisedText === null ? { outcome } : { outcome, _meta: { composer: { revisedText } } };
 }
 
 function blockText(block: ContentBlock): string {

@@ -103,13 +103,18 @@ export interface RequestPermissionParams {
   sessionId: string;
   toolCall: ToolCallFields;
   options: PermissionOption[];
-  _meta?: { composer?: { asked?: { kind: string; text: string }[] } };
+  /** `revisable`: the person may change the one diff in toolCall.content before allowing it (then
+   * the answer carries their text as `revisedText`). */
+  _meta?: { composer?: { asked?: { kind: string; text: string }[]; revisable?: boolean } };
 }
 
 export type PermissionOutcome = { outcome: 'selected'; optionId: string } | { outcome: 'cancelled' };
 
 export interface RequestPermissionResponse {
   outcome: PermissionOutcome;
+  /** Only on an allow answer to a revisable question whose proposal the person changed: the whole
+   * new text of the file, which the server writes instead of the model's. */
+  _meta?: { composer: { revisedText: string } };
 }
 
 export interface NewSessionResult {

@@ -25,6 +25,8 @@ export interface ViewPermission {
   /** A weaker sandbox's warning (what the command could do there). */
   warning: string | null;
   diffs: DiffModel[];
+  /** Its one diff may be edited in the diff editor before it is accepted. */
+  revisable: boolean;
   options: ViewOption[];
   state: 'pending' | 'answered' | 'cancelled';
   /** What was answered, for the card once it is settled. */

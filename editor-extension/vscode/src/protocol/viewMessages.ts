@@ -11,12 +11,14 @@ import { currentSession } from './chatState';
 import { errorMessage, SessionClient } from './sessionClient';
 import type { DiffContent } from './types';
 import type { FromView } from './view';
-import { findDiff } from './viewModel';
+import { findDiff, findPermission } from './viewModel';
 
 export interface ViewHost {
   /** The webview (re)loaded: send it everything. */
   resync(): void;
   openDiff(diff: DiffContent, title: string): void | Promise<void>;
+  /** Opens a revisable question's proposal with an editable new side (reopening keeps the edits). */
+  editProposal(requestId: number, diff: DiffContent): void | Promise<void>;
   openLocation(path: string, line?: number): void | Promise<void>;
   pickSession(): void | Promise<void>;
   showError(message: string): void;
@@ -88,7 +90,11 @@ async function run(m: FromView, client: SessionClient, host: ViewHost): Promise<
       return;
     case 'openDiff': {
       const diff = findDiff(client.state, m.itemId, m.index, m.source);
-      if (diff) await host.openDiff(diff, m.source === 'permission' ? 'proposed' : 'edit');
+      if (!diff) return;
+      const question = m.source === 'permission' ? findPermission(client.state, m.itemId) : null;
+      // only a waiting revisable question can still take the person's text; the rest stay read-only
+      if (question?.revisable && !question.answer) await host.editProposal(question.requestId, diff);
+      else await host.openDiff(diff, m.source === 'permission' ? 'proposed' : 'edit');
       return;
     }
     case 'openLocation':

@@ -49,6 +49,7 @@ function output(c: ToolCallContent, index: number, root: string | null): ViewOut
 
 export function permissionView(p: PermissionState, root: string | null): ViewPermission {
   const chosen = p.answer && 'optionId' in p.answer ? p.answer.optionId : null;
+  const revised = !!p.answer && 'optionId' in p.answer && p.answer.revised === true;
   const option = p.options.find((o) => o.optionId === chosen);
   return {
     requestId: p.requestId,
@@ -57,20 +58,22 @@ export function permissionView(p: PermissionState, root: string | null): ViewPer
     details: p.details.filter((t) => !t.startsWith('Warning:')),
     warning: p.details.find((t) => t.startsWith('Warning:')) ?? null,
     diffs: p.diffs.map((d) => diffModel(d, root)),
+    revisable: p.revisable,
     // an edit's question reads "Accept / Reject" its diff
     options: p.options.map((o) => ({ optionId: o.optionId, kind: o.kind,
       name: o.kind === 'allow_once' && p.diffs.length ? 'Accept' : o.name,
       primary: o.kind === 'allow_once' || o.kind === 'reject_once' })),
     state: !p.answer ? 'pending' : chosen ? 'answered' : 'cancelled',
-    answerLabel: !p.answer ? null : chosen ? answered(option?.kind, p.diffs.length > 0, chosen)
+    answerLabel: !p.answer ? null : chosen ? answered(option?.kind, p.diffs.length > 0, chosen, revised)
       : `Not answered (${(p.answer as { cancelled: string }).cancelled})`,
   };
 }
 
-function answered(kind: string | undefined, edit: boolean, optionId: string): string {
+function answered(kind: string | undefined, edit: boolean, optionId: string, revised: boolean): string {
   const labels: Record<string, string> = { allow_once: edit ? 'Accepted' : 'Allowed', allow_always: 'Always allowed',
     reject_once: 'Rejected', reject_always: 'Always rejected' };
-  return (kind && labels[kind]) || optionId;
+  const label = (kind && labels[kind]) || optionId;
+  return revised ? `${label}, with your changes` : label;
 }
 
 function toolError(t: ToolItem): string | null {
@@ -122,12 +125,20 @@ export function header(state: ChatState): ViewHeader {
   };
 }
 
+function findTool(state: ChatState, itemId: string): ToolItem | null {
+  const item = currentSession(state)?.items.find((i) => i.id === itemId);
+  return item && item.type === 'tool' ? item : null;
+}
+
+/** The permission question of an item of the current session. */
+export function findPermission(state: ChatState, itemId: string): PermissionState | null {
+  return findTool(state, itemId)?.permission ?? null;
+}
+
 /** The diff `index` of an item of the current session: its permission question's, or its output's. */
 export function findDiff(state: ChatState, itemId: string, index: number, source: 'permission' | 'output'): DiffContent | null {
-  const item = currentSession(state)?.items.find((i) => i.id === itemId);
-  if (!item || item.type !== 'tool') return null;
-  if (source === 'permission') return item.permission?.diffs[index] ?? null;
-  const c = item.content[index];
+  if (source === 'permission') return findPermission(state, itemId)?.diffs[index] ?? null;
+  const c = findTool(state, itemId)?.content[index];
   return c && c.type === 'diff' ? c : null;
 }
 

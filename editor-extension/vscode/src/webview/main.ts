@@ -210,6 +210,10 @@ function paintPermission(itemId: string, p: ViewPermission, post: (m: FromView) 
   for (const d of p.details) card.append(el('pre', { class: 'command', 'data-testid': 'permission-command', text: d }));
   if (p.warning) card.append(el('div', { class: 'warning', role: 'note', 'data-testid': 'permission-warning', text: p.warning }));
   p.diffs.forEach((d, index) => card.append(paintDiff(d, () => post({ type: 'openDiff', itemId, index, source: 'permission' }), p.state === 'pending')));
+  if (p.revisable && p.state === 'pending') {
+    card.append(el('div', { class: 'revisable', 'data-testid': 'permission-revisable',
+      text: 'You can change this edit: Open diff, edit the right side, then Accept. Your text is what gets written.' }));
+  }
   const actions = el('div', { class: 'permission-actions' });
   if (p.state === 'pending') {
     for (const o of p.options) {

@@ -83,6 +83,12 @@ export function permissionParams(sessionId: string, toolCallId = 'call_0') {
   };
 }
 
+/** A question whose one diff the person may edit before allowing it (`_meta.composer.revisable`). */
+export function revisablePermissionParams(sessionId: string, toolCallId = 'call_0') {
+  const params = permissionParams(sessionId, toolCallId);
+  return { ...params, _meta: { composer: { ...params._meta.composer, revisable: true } } };
+}
+
 /** composer/isolation on a machine without bubblewrap (agent/isolation.py's to_dict). */
 export const WEAK = {
   level: 'none', weaker: true, restricted: true, letsThrough: 'everything you can do yourself', optIn: null,

@@ -58,6 +58,55 @@ export class ThemeColor {
 
 export enum StatusBarAlignment { Left = 1, Right = 2 }
 
+export enum FileType { File = 1, Directory = 2 }
+
+export enum FileChangeType { Changed = 1, Created = 2, Deleted = 3 }
+
+export class FileSystemError extends Error {
+  constructor(message: string, readonly code: string) {
+    super(message);
+  }
+  static FileNotFound(uri?: Uri): FileSystemError {
+    return new FileSystemError(`${uri} not found`, 'FileNotFound');
+  }
+  static NoPermissions(uri?: Uri): FileSystemError {
+    return new FileSystemError(`${uri}: no permissions`, 'NoPermissions');
+  }
+}
+
+export class TabInputText {
+  constructor(readonly uri: Uri) {}
+}
+
+export class TabInputTextDiff {
+  constructor(readonly original: Uri, readonly modified: Uri) {}
+}
+
+/** What the stub needs of a registered FileSystemProvider. */
+interface FileSystem {
+  readFile(uri: Uri): Uint8Array | Thenable<Uint8Array>;
+  writeFile(uri: Uri, content: Uint8Array, options: { create: boolean; overwrite: boolean }): void | Thenable<void>;
+}
+
+/** An open text document, loaded from a registered file system: `type` is the person typing
+ * (unsaved), `save` writes it back through the provider as VS Code does. */
+export class FakeTextDocument {
+  isDirty = false;
+  constructor(readonly uri: Uri, private text: string) {}
+  getText(): string {
+    return this.text;
+  }
+  type(text: string): void {
+    this.text = text;
+    this.isDirty = true;
+  }
+  async save(): Promise<boolean> {
+    await stub.fileSystems.get(this.uri.scheme)!.writeFile(this.uri, new TextEncoder().encode(this.text), { create: false, overwrite: true });
+    this.isDirty = false;
+    return true;
+  }
+}
+
 export const stub = {
   folders: [] as { uri: Uri; name: string; index: number }[],
   settings: {} as Record<string, unknown>,
@@ -69,6 +118,12 @@ export const stub = {
   messages: [] as { level: string; text: string }[],
   log: [] as string[],
   answers: [] as unknown[],
+  fileSystems: new Map<string, FileSystem>(),
+  documents: [] as FakeTextDocument[],
+  /** The editor tabs; `vscode.diff` opens one. */
+  tabs: [] as { input: unknown }[],
+  /** Documents VS Code would have asked "save changes?" about, closed while dirty. */
+  savePrompts: [] as string[],
   reset(): void {
     this.folders = [];
     this.settings = {};
@@ -79,6 +134,10 @@ export const stub = {
     this.messages = [];
     this.log = [];
     this.answers = [];
+    this.fileSystems.clear();
+    this.documents = [];
+    this.tabs = [];
+    this.savePrompts = [];
   },
 };
 
@@ -121,6 +180,19 @@ export const window = {
   showQuickPick: async () => stub.answers.shift(),
   showTextDocument: async () => undefined,
   activeTextEditor: undefined as unknown,
+  tabGroups: {
+    get all() {
+      return [{ tabs: [...stub.tabs] }];
+    },
+    close: async (tabs: { input: unknown }[]) => {
+      for (const tab of tabs) {
+        const shown = tab.input instanceof TabInputTextDiff ? tab.input.modified : (tab.input as TabInputText).uri;
+        if (stub.documents.some((d) => d.isDirty && d.uri.toString() === shown.toString())) stub.savePrompts.push(shown.toString());
+      }
+      stub.tabs = stub.tabs.filter((t) => !tabs.includes(t));
+      return true;
+    },
+  },
 };
 
 export const workspace = {
@@ -132,6 +204,20 @@ export const workspace = {
   }),
   onDidChangeConfiguration: (l: Listener<{ affectsConfiguration(s: string): boolean }>) => stub.configListeners.event(l),
   registerTextDocumentContentProvider: () => disposable,
+  registerFileSystemProvider: (scheme: string, provider: FileSystem) => {
+    stub.fileSystems.set(scheme, provider);
+    return { dispose: () => stub.fileSystems.delete(scheme) };
+  },
+  get textDocuments() {
+    return stub.documents;
+  },
+  openTextDocument: async (uri: Uri) => {
+    const open = stub.documents.find((d) => d.uri.toString() === uri.toString());
+    if (open) return open;
+    const doc = new FakeTextDocument(uri, new TextDecoder().decode(await stub.fileSystems.get(uri.scheme)!.readFile(uri)));
+    stub.documents.push(doc);
+    return doc;
+  },
 };
 
 export const commands = {
@@ -142,6 +228,7 @@ export const commands = {
   },
   executeCommand: async (command: string, ...args: unknown[]) => {
     stub.executed.push({ command, args });
+    if (command === 'vscode.diff') stub.tabs.push({ input: new TabInputTextDiff(args[0] as Uri, args[1] as Uri) });
     return stub.commands.get(command)?.(...args);
   },
 };
