@@ -8,7 +8,7 @@ import * as path from 'path';
 import { pathToFileURL } from 'url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ChatItem, currentSession, MessageItem, pendingPermissions, ToolItem } from '../src/protocol/chatState';
-import { SessionClient } from '../src/protocol/sessionClient';
+import { ProposalEditor, SessionClient } from '../src/protocol/sessionClient';
 import type { SessionNotification } from '../src/protocol/types';
 import { permissionView, ViewSync } from '../src/protocol/viewModel';
 import { connectServer, Model, PYTHON, REPO_ROOT, ScriptReply, Server, startModel, startServer, until } from './support/composer';
@@ -35,11 +35,11 @@ afterEach(async () => {
 });
 
 /** A model with `script`, a server, and a session client attached to it. */
-async function setUp(script: ScriptReply[][], mode: 'agent' | 'review' = 'agent') {
+async function setUp(script: ScriptReply[][], mode: 'agent' | 'review' = 'agent', proposals?: ProposalEditor) {
   running.model = await startModel(script, tmp);
   const server = await startServer(workspace, running.model.url, path.join(tmp, 'logs'));
   running.servers.push(server);
-  const client = new SessionClient({ cwd: workspace, mode });
+  const client = new SessionClient({ cwd: workspace, mode, proposals });
   client.attach(server.connection);
   return { client, server };
 }
@@ -157,6 +157,26 @@ describe('composer-lsp through the session client', () => {
     expect(fs.readFileSync(file, 'utf8')).toBe("print('goodbye')\n");
     expect(tools(client)[1].status).toBe('failed');
     expect(tools(client)[1].permission?.answer).toEqual({ optionId: 'reject_once' });
+  });
+
+  it('writes the edit as the person changed it in review, and tells the model', async () => {
+    const file = path.join(workspace, 'hello.py');
+    const discarded: number[] = [];
+    const typed: ProposalEditor = { editedText: () => "print('see you')\n", discard: (id) => discarded.push(id) };
+    const { client } = await setUp([[{ text: '', tool_calls: [EDIT] }, { text: 'Kept yours.' }]], 'review', typed);
+    const asked = answerEach(client, 'allow_once');
+
+    expect((await client.prompt('say goodbye')).stopReason).toBe('end_turn');
+
+    expect(asked).toHaveLength(1);
+    expect(fs.readFileSync(file, 'utf8')).toBe("print('see you')\n");
+    expect(discarded).toHaveLength(1);
+    const [edit] = tools(client);
+    expect(edit.permission?.answer).toEqual({ optionId: 'allow_once', revised: true });
+    expect(edit.content.filter((c) => c.type === 'diff').map((c) => (c as { newText: string }).newText)).toEqual(["print('see you')\n"]);
+    // what the model read: its proposal against the person's version
+    expect(JSON.stringify(edit.content)).toContain("The user changed your proposed edit");
+    expect(JSON.stringify(edit.content)).toContain("+print('see you')");
   });
 
   it('in review mode asks before every command, showing it whole; the server runs with bubblewrap', async () => {
