@@ -37,7 +37,7 @@ from agent.policy import Policy, Reply
 from agent.redact import redact_obj
 from agent.repetition import RepetitionWatch, step_signature
 from agent.review import Reviewed, Revision, apply_revision, unpack
-from agent.tools.base import ToolContext, ToolRegistry, ToolResult, truncate
+from agent.tools.base import ToolContext, ToolRegistry, ToolResult, run_guarded, truncate
 from agent.tools.files import files_read
 from agent.trajectory import Prompt, TokenStream, common_prefix
 from agent.write_locks import WriteLocks
@@ -206,6 +206,7 @@ class Agent:
                           where=f"step {result.steps}", fatal=True)
             raise
         finally:
+            self._revisions.clear()  # of calls a cancelled turn never ran
             self.messages[:] = answer_unanswered(self.messages)
             await self.flush_events()
             await self._log_final_diff()
@@ -455,7 +456,7 @@ class Agent:
                 await self._refresh(call)
                 revision = self._revisions.pop(call.id, None)
                 if revision is not None:
-                    result = await apply_revision(self.ctx, revision)
+                    result = await run_guarded(call.name, lambda: apply_revision(self.ctx, revision))
                 else:
                     result = await self.tools.call(call.name, call.arguments, self.ctx)
         self._emit(ev.tool_call_update(

@@ -20,6 +20,7 @@ Tests: .venv/bin/python -m pytest tests/agent/test_review.py
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 from dataclasses import dataclass
 from typing import Any
@@ -63,11 +64,34 @@ class Revision:
         if revised is None or len(diffs) != 1:
             return None
         diff = diffs[0]
-        if "\r" not in diff["newText"]:  # an editor's CRLF document of the proposal's \n text
-            revised = revised.replace("\r\n", "\n")
+        revised = _line_endings_kept(diff["newText"], revised)
         if revised == diff["newText"]:
             return None
-        return cls(workspace.relative(diff["path"]), diff.get("oldText"), diff["newText"], revised)
+        try:
+            path = workspace.relative(diff["path"])
+        except WorkspaceError:  # the path changed meaning since it was asked (a swapped link):
+            return None         # the model's call then fails on it and writes nothing
+        return cls(path, diff.get("oldText"), diff["newText"], revised)
+
+
+def _line_endings_kept(proposed: str, revised: str) -> str:
+    """The person's text with the proposal's line breaks on the lines they did not change: an
+    editor that shows the file with one kind of break (VS Code, a textarea) must not rewrite
+    every line of a CRLF or mixed file."""
+    if "\r" not in proposed:
+        return revised.replace("\r\n", "\n")
+    if "\n" not in proposed.replace("\r\n", ""):
+        return revised.replace("\r\n", "\n").replace("\n", "\r\n")
+    mine, theirs = proposed.splitlines(keepends=True), revised.splitlines(keepends=True)
+    matcher = difflib.SequenceMatcher(None, [t.rstrip("\r\n") for t in mine], [t.rstrip("\r\n") for t in theirs],
+                                      autojunk=False)
+    out = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            out += theirs[j1:j2]
+            continue  # an unchanged line keeps its break; one that gained or lost it follows the person
+        out += [m if m.rstrip("\r\n") != m and t.rstrip("\r\n") != t else t for m, t in zip(mine[i1:i2], theirs[j1:j2])]
+    return "".join(out)
 
 
 def _changes(base: list[str], other: list[str]) -> list[tuple[int, int, list[str]]]:
@@ -77,22 +101,35 @@ def _changes(base: list[str], other: list[str]) -> list[tuple[int, int, list[str
     return [(i1, i2, other[j1:j2]) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
 
 
-def _clash(a: tuple[int, int, list[str]], b: tuple[int, int, list[str]]) -> bool:
-    """Whether two changes of the same base touch the same lines (an insertion clashes with a
-    change that starts or ends at its point: which goes first is not known)."""
-    (a1, a2, _), (b1, b2, _) = a, b
-    if a1 == a2 or b1 == b2:
-        return b1 <= a1 <= b2 if a1 == a2 else a1 <= b1 <= a2
-    return a1 < b2 and b1 < a2
+def _extent(base: list[str], change: tuple[int, int, list[str]]) -> tuple[int, int]:
+    """The lines of `base` a change could stand at: an insertion or a deletion beside equal
+    lines slides over them (inserting a blank line after a blank line is inserting it before)."""
+    start, end, new = change
+    lo, hi = start, end
+    if start == end:  # an insertion: rotate it left and right over lines equal to its ends
+        ring = list(new)
+        while lo > 0 and base[lo - 1] == ring[-1]:
+            lo, ring = lo - 1, [ring[-1], *ring[:-1]]
+        ring = list(new)
+        while hi < len(base) and base[hi] == ring[0]:
+            hi, ring = hi + 1, [*ring[1:], ring[0]]
+    elif not new:  # a deletion: shift the deleted run over equal lines
+        while lo > 0 and base[lo - 1] == base[lo - 1 + end - start]:
+            lo -= 1
+        while hi < len(base) and base[hi] == base[hi - (end - start)]:
+            hi += 1
+    return lo, hi
 
 
 def merge3(base: str, current: str, revised: str) -> str | None:
-    """`revised`'s changes of `base` applied to `current` (base with other changes); None when a
-    change of each touches the same lines (identical changes agree)."""
+    """`revised`'s changes of `base` applied to `current` (base with other changes); None when
+    changes of each side touch or adjoin the same lines, as git's merge would call a conflict
+    (identical changes at one place agree)."""
     lines = [t.splitlines(keepends=True) for t in (base, current, revised)]
     ours, theirs = _changes(lines[0], lines[1]), _changes(lines[0], lines[2])
     theirs = [c for c in theirs if c not in ours]
-    if any(_clash(a, b) for a in ours for b in theirs):
+    spans = [[_extent(lines[0], c) for c in side] for side in (ours, theirs)]
+    if any(a1 <= b2 and b1 <= a2 for a1, a2 in spans[0] for b1, b2 in spans[1]):
         return None
     out, at = [], 0
     for start, end, replacement in sorted(ours + theirs, key=lambda c: (c[0], c[1])):
@@ -112,8 +149,8 @@ async def apply_revision(ctx: ToolContext, revision: Revision) -> ToolResult:
         return ToolResult(error=f"the user revised this edit, but {rel} cannot be read now: {err}")
     if current == revision.base:
         target = revision.revised
-    elif current is not None and revision.base is not None:
-        target = merge3(revision.base, current, revision.revised)
+    elif current is not None and revision.base is not None:  # quadratic at worst: off the event loop
+        target = await asyncio.to_thread(merge3, revision.base, current, revision.revised)
     else:
         target = None
     user_diff = unified_diff(rel, revision.proposed, revision.revised)

@@ -161,14 +161,20 @@ class ToolRegistry:
         if problem is not None:
             return ToolResult(error=problem)
         tool = self._tools[name]
-        started = time.perf_counter()
-        try:
-            result = await tool.run(args, ctx)
-        except ToolError as err:
-            result = ToolResult(error=str(err))
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:  # a tool bug must not end the session
-            result = ToolResult(error=f"{name} failed unexpectedly: {type(err).__name__}: {err}")
-        result.data.setdefault("duration_s", round(time.perf_counter() - started, 6))
-        return result
+        return await run_guarded(name, lambda: tool.run(args, ctx))
+
+
+async def run_guarded(name: str, run: Callable[[], Awaitable[ToolResult]]) -> ToolResult:
+    """Runs the body of tool `name`: ToolErrors and unexpected exceptions come back as a
+    ToolResult with `error` set, never ending the turn; the seconds it took go in its data."""
+    started = time.perf_counter()
+    try:
+        result = await run()
+    except ToolError as err:
+        result = ToolResult(error=str(err))
+    except asyncio.CancelledError:
+        raise
+    except Exception as err:  # a tool bug must not end the session
+        result = ToolResult(error=f"{name} failed unexpectedly: {type(err).__name__}: {err}")
+    result.data.setdefault("duration_s", round(time.perf_counter() - started, 6))
+    return result

@@ -85,9 +85,11 @@ export function revisionEditor(s, item, diffNode) {
   };
 }
 
-/* The textarea's text as the file's: its line breaks back to CRLF when the proposal used them. */
+/* The textarea's text as the file's: its line breaks back to CRLF when every break of the proposal
+ * was one (the server gives the lines the person left alone in a mixed file their own breaks). */
 function fileText(value, newText) {
-  return newText.includes("\r\n") ? value.replace(/\n/g, "\r\n") : value;
+  const allCrlf = newText.includes("\r\n") && !/(^|[^\r])\n/.test(newText);
+  return allCrlf ? value.replace(/\n/g, "\r\n") : value;
 }
 
 function fitRows(box) {

@@ -117,3 +117,63 @@ async def test_a_new_file_can_be_revised_before_it_is_created(tmp_path):
     assert asked[0]["content"][0]["oldText"] is None
     assert (tmp_path / "notes.md").read_text() == "# Notes\ntodo\n"
     assert "+# Notes" in _told(policy)
+
+
+def test_a_change_both_sides_made_beside_equal_lines_is_a_clash_not_written_twice():
+    # the same blank line inserted by each side, aligned differently by the diff
+    assert merge3("b\na\n", "b\nb\na\n", "b\nb\nEXTRA\na\n") is None
+    # one of two blank lines deleted by each side: agreed on, or refused, never deleted twice
+    assert merge3("a\n\n\nb\n", "a\n\nb\n", "a\n\nB\n") in ("a\n\nB\n", None)
+    assert merge3("x\n\ny\n", "x\ny\n", "x\ny\n# z\n") == "x\ny\n# z\n"  # the same deletion, then apart
+    assert merge3("a\n\n\nb\nc\nd\ne\n", "a\n\n\nb\nc\nd\nE\n", "a\n\n\n\nb\nc\nd\ne\n") == "a\n\n\n\nb\nc\nd\nE\n"
+
+
+def test_lines_the_person_left_alone_keep_their_line_breaks():
+    from agent.review import Revision
+
+    class Root:
+        def relative(self, path):
+            return path
+
+    mixed = "a = 1\nb = 2\r\nc = 3\n"
+    proposal = {"content": [{"type": "diff", "path": "m.py", "oldText": mixed, "newText": mixed.replace("3", "4")}]}
+    revision = Revision.of(proposal, "a = 1\r\nb = 2\r\nc = 5\r\n", Root())
+    assert revision.revised == "a = 1\nb = 2\r\nc = 5\r\n"
+    crlf = {"content": [{"type": "diff", "path": "w.py", "oldText": "a\r\n", "newText": "b\r\n"}]}
+    assert Revision.of(crlf, "c\n", Root()).revised == "c\r\n"
+    assert Revision.of(crlf, "b\n", Root()) is None  # only the breaks differ: no revision
+
+
+async def test_a_revision_the_editor_refuses_fails_the_call_not_the_turn(tmp_path):
+    class Refusing:
+        async def apply(self, path, old_text, new_text, version):
+            return False
+
+    agent, policy, _ = _agent(tmp_path, Reviewed("allow_once", BASE.replace("w + h", "w * h * 1")),
+                              replies=[Reply("", [EDIT], "tool_calls"), Reply("I see.", [], "stop")])
+    agent.ctx.workspace.edit_sink = Refusing()
+    agent.ctx.workspace.set_buffer("shape.py", BASE, 1)
+    result = await agent.run_turn("fix area")
+    assert result.stop_reason == "end_turn" and "refused" in _told(policy)
+    assert (tmp_path / "shape.py").read_text() == BASE
+
+
+def test_a_revision_of_the_file_as_it_now_is_merges_to_itself_or_is_refused():
+    # the person revised the text the file has now (X) by one more line: whatever the diff's
+    # alignment of X's own changes, the merge is their text or a refusal (git: a conflict)
+    import random
+
+    rng = random.Random(0)
+    for _ in range(3000):
+        base = [rng.choice("ab\n") for _ in range(rng.randint(0, 6))]
+        now = list(base)
+        for _ in range(rng.randint(1, 2)):
+            at = rng.randint(0, len(now))
+            if now and rng.random() < 0.4:
+                del now[min(at, len(now) - 1)]
+            else:
+                now.insert(at, rng.choice("ab\n"))
+        revised = list(now)
+        revised.insert(rng.randint(0, len(now)), "EXTRA")
+        b, x, r = ("".join(f"{c.strip()}\n" for c in t) for t in (base, now, revised))
+        assert merge3(b, x, r) in (r, None), (b, x, r)
