@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from agent.checkpoint_records import Changes, Checkpoint, PruneResult, RestoreResult
 from agent.object_store import CheckpointCorrupt, CheckpointError, ObjectStore
 from agent.store_lock import StoreLock, process_lock
 from agent.textfile import atomic_write
@@ -106,58 +107,6 @@ class Entry(NamedTuple):
     mtime_ns: int = 0
     ctime_ns: int = 0
     ino: int = 0
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    id: str
-    label: str
-    created: float
-    """Unix time."""
-    root: str
-    """Hash of the root tree."""
-    scanned_ns: int = 0
-    files: int = 0
-    bytes: int = 0
-    new_objects: int = 0
-    new_bytes: int = 0
-    """Compressed bytes this checkpoint added to the store."""
-    seconds: float = 0.0
-    skipped: tuple[str, ...] = ()
-    """Paths recorded without contents (too large, unreadable) or not at all (fifos, sockets)."""
-
-
-@dataclass(frozen=True)
-class Changes:
-    """Paths (relative, "/"-separated; directories end with "/") that differ between two trees."""
-
-    added: tuple[str, ...] = ()
-    modified: tuple[str, ...] = ()
-    deleted: tuple[str, ...] = ()
-
-    def __bool__(self) -> bool:
-        return bool(self.added or self.modified or self.deleted)
-
-    def to_dict(self) -> dict[str, list[str]]:
-        return {"added": list(self.added), "modified": list(self.modified), "deleted": list(self.deleted)}
-
-
-@dataclass(frozen=True)
-class RestoreResult:
-    checkpoint: Checkpoint
-    changes: Changes
-    """What restoring changed, from the state before the restore to the checkpoint."""
-    backup: Checkpoint | None
-    """The state just before the restore (restore it to undo the restore)."""
-    skipped: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class PruneResult:
-    checkpoints: int
-    objects: int
-    bytes: int
-    """Checkpoints deleted, objects deleted and the bytes they held."""
 
 
 @dataclass
@@ -268,6 +217,19 @@ class CheckpointStore:
         """What changed from checkpoint `a` to checkpoint `b` (default: the workspace now)."""
         with self._lock, self._store_lock.shared():
             return _changes(self._diff_trees(self.get(a).root, self._root_of(b)))
+
+    def file_bytes(self, checkpoint_id: str, path: str) -> bytes | None:
+        """The bytes file `path` (relative, "/"-separated) held in the checkpoint; None when it
+        held no regular file there, or one recorded without contents (too large)."""
+        with self._lock, self._store_lock.shared():
+            digest, (*folders, name) = self.get(checkpoint_id).root, path.split("/")
+            for folder in folders:
+                entry = self._tree(digest).get(folder)
+                if entry is None or entry.kind != "d":
+                    return None
+                digest = entry.ref
+            entry = self._tree(digest).get(name)
+            return self._objects.read(entry.ref) if entry is not None and entry.kind == "f" and entry.ref else None
 
     def unified_diff(self, a: str, b: str | None = None, context: int = 3) -> str:
         """A git-style unified diff of the files changed from `a` to `b` (default: now)."""

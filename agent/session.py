@@ -45,11 +45,12 @@ from agent.session_log import (
 )
 from agent.tools.base import ToolContext, ToolRegistry
 from agent.tools.codebase import CodebaseSearch
-from agent.tools.files import file_tools
+from agent.tools.files import CHANGED_KEY, file_tools
 from agent.tools.lints import ReadLints
 from agent.tools.search import Glob, Grep, ListDir
 from agent.tools.terminal import RunTerminal
 from agent.tools.todo import TodoWrite
+from agent.turn_review import FileHunks, Pick, UndoResult, turn_changes, undo_hunks
 from agent.workspace import Workspace
 
 logger = logging.getLogger(__name__)
@@ -274,12 +275,7 @@ class Session:
         """Returns the workspace to a checkpoint, in a thread (a big tree takes seconds, and the
         server's other sessions go on); refused while a turn runs, whose tools would write on, and
         a prompt is refused while it runs."""
-        if self.checkpoints is None:
-            raise RuntimeError("checkpoints are off in this session")
-        if self._turn is not None and not self._turn.done():
-            raise RuntimeError("a turn is running in this session; cancel it before rewinding")
-        if self.rewinding:
-            raise RuntimeError("a rewind is already running in this session")
+        self._require_idle("rewinding")
         self.rewinding = True
         restoring = asyncio.ensure_future(self.checkpoints.arestore(checkpoint_id))
         try:
@@ -293,6 +289,42 @@ class Session:
             self.rewinding = False
         self._log_restore(checkpoint_id)
         return restoring.result()
+
+    def _require_idle(self, doing: str) -> None:
+        """Refuses what changes the workspace beside this session's turn or rewind."""
+        if self.checkpoints is None:
+            raise RuntimeError("checkpoints are off in this session")
+        if self._turn is not None and not self._turn.done():
+            raise RuntimeError(f"a turn is running in this session; cancel it before {doing}")
+        if self.rewinding:
+            raise RuntimeError("a rewind is running in this session; try again when it is done")
+
+    async def turn_changes(self, checkpoint_id: str | None = None) -> tuple[str, list[FileHunks]]:
+        """The changes since `checkpoint_id` (default: before the last turn's first change), hunk
+        by hunk (agent/turn_review.py), with the checkpoint they are against."""
+        checkpoint = self._review_checkpoint(checkpoint_id)
+        edited = set(self.agent.ctx.state.get(CHANGED_KEY, [])) & set(self.workspace.open_buffers())
+        return checkpoint, await asyncio.to_thread(turn_changes, self.checkpoints, checkpoint, self.workspace, edited)
+
+    async def review_hunks(self, undo: list[Pick], keep: list[Pick],
+                           checkpoint_id: str | None = None) -> tuple[UndoResult, str | None]:
+        """Undoes the `undo` hunks (after a backup checkpoint, returned, that undoes the undo) and
+        logs the person's verdict on each hunk undone or kept, with its edit_accepted outcome."""
+        self._require_idle("undoing changes")
+        checkpoint = self._review_checkpoint(checkpoint_id)
+        backup = (await self.checkpoints.acreate(f"before undoing {len(undo)} changes")).id if undo else None
+        result = await undo_hunks(self.checkpoints, checkpoint, self.workspace, undo)
+        for pick, accepted in [*((p, False) for p in result.undone), *((p, True) for p in keep)]:
+            self.log.write("edit_review", path=pick.path, hunk=pick.index, accepted=accepted, by="user")
+            self.log.write("outcome", signal="edit_accepted", value=accepted, reward=1.0 if accepted else -1.0,
+                           source="editor", path=pick.path, detail={"hunk": pick.index})
+        return result, backup
+
+    def _review_checkpoint(self, checkpoint_id: str | None) -> str:
+        checkpoint = checkpoint_id or self.agent.turn_checkpoint
+        if self.checkpoints is None or checkpoint is None:
+            raise RuntimeError(f"session {self.id} has no checkpoint to compare with")
+        return checkpoint
 
     def _log_restore(self, checkpoint_id: str) -> None:
         self.log.write("restore", checkpoint_id=checkpoint_id, by="user")

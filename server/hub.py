@@ -33,6 +33,7 @@ from agent.replay import session_title
 from agent.review import Reviewed
 from agent.session import Session, SessionConfig
 from agent.session_log import SessionLogError, list_sessions, read_session
+from agent.turn_review import Pick
 from agent.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -283,6 +284,27 @@ class SessionHub:
         return {"checkpointId": checkpoint, "changes": result.changes.to_dict(),
                 "backupCheckpointId": result.backup.id if result.backup else None}
 
+    async def turn_changes(self, params: Any) -> dict[str, Any]:
+        """The changes since a checkpoint (default: before the last turn's first change), hunk by
+        hunk, to keep or undo one at a time (agent/turn_review.py)."""
+        session = self.session(params)
+        try:
+            checkpoint, files = await session.turn_changes(_field(params, "checkpointId", str, required=False))
+        except (CheckpointError, RuntimeError, OSError) as err:
+            raise RequestError(str(err)) from None
+        return {"checkpointId": checkpoint, "files": [f.to_dict() for f in files]}
+
+    async def review_hunks(self, params: Any) -> dict[str, Any]:
+        """Undoes the hunks in `undo` and records the person's verdicts on them and on `keep`
+        (each {path, index, digest} from composer/turnChanges)."""
+        session = self.session(params)
+        undo, keep = (_picks(_field(params, name, list, required=False) or [], name) for name in ("undo", "keep"))
+        try:
+            result, backup = await session.review_hunks(undo, keep, _field(params, "checkpointId", str, required=False))
+        except (CheckpointError, RuntimeError, OSError) as err:
+            raise RequestError(str(err)) from None
+        return {**result.to_dict(), "backupCheckpointId": backup}
+
     # ---- modes and permissions ------------------------------------------------------------------
 
     def set_mode(self, params: Any) -> dict[str, Any]:
@@ -326,6 +348,17 @@ class SessionHub:
             return _answer(answer)
 
         return ask
+
+
+def _picks(items: list[Any], name: str) -> list[Pick]:
+    picks = []
+    for i, item in enumerate(items):
+        where = f"params.{name}[{i}]"
+        try:
+            picks.append(Pick(_field(item, "path", str), _field(item, "index", int), _field(item, "digest", str)))
+        except RequestError as err:
+            raise RequestError(f"{where}: {err}") from None
+    return picks
 
 
 def _shown(tool_call: dict[str, Any], decision: Any) -> dict[str, Any]:

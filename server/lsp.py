@@ -50,7 +50,7 @@ from server.indexing import Indexing
 log = logging.getLogger(__name__)
 
 SESSION_METHODS = ("session/new", "session/load", "session/list", "session/prompt", "session/set_mode",
-                   "session/close", "composer/rewind")
+                   "session/close", "composer/rewind", "composer/turnChanges", "composer/reviewHunks")
 COMMANDS = ("composer.prompt", "composer.fixDiagnostic", "composer.rewind")
 PARSE_ERROR = -32700
 
@@ -204,7 +204,8 @@ class ComposerServer(LanguageServer):
             "session/new": self.hub.new_session, "session/load": self.hub.load_session,
             "session/list": self.hub.list_sessions, "session/prompt": self._prompt,
             "session/set_mode": self.hub.set_mode, "session/close": self.hub.close_session,
-            "composer/rewind": self.hub.rewind,
+            "composer/rewind": self.hub.rewind, "composer/turnChanges": self.hub.turn_changes,
+            "composer/reviewHunks": self.hub.review_hunks,
         }[method]
 
         async def run(params: Any) -> Any:

@@ -8,6 +8,7 @@ told, and nothing reaches the disk.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,35 @@ async def test_an_edit_the_editor_refuses_is_reported_to_the_model_and_not_writt
     assert told["role"] == "tool" and "refused the edit to hello.py" in told["content"]
     failed = [u["update"] for u in client.updates if u["update"].get("status") == "failed"]
     assert len(failed) == 1 and "refused" in failed[0]["content"][0]["content"]["text"]
+
+
+async def test_one_change_of_a_turn_is_undone_and_the_other_kept(workspace, model, tmp_path):
+    lines = "".join(f"value_{i} = {i}\n" for i in range(20))
+    (workspace / "config.py").write_text(lines)
+    edits = [{"name": "edit_file", "arguments": {"path": "config.py", "old_string": f"value_{i} = {i}",
+                                                   "new_string": f"value_{i} = {i * 100}"}} for i in (1, 17)]
+    model.script = [[{"text": "", "tool_calls": edits}, {"text": "Done."}]]
+    client = await start_client(workspace, model.url, tmp_path / "logs", "--index", "off")
+    try:
+        session_id = await _turn(client, workspace)
+        listed = await client.protocol.send_request_async("composer/turnChanges", {"sessionId": session_id})
+        [config] = [f for f in listed["files"] if f["path"] == "config.py"]
+        first, second = config["hunks"]
+        assert "+value_1 = 100" in first["lines"] and "+value_17 = 1700" in second["lines"]
+        answer = await client.protocol.send_request_async("composer/reviewHunks", {
+            "sessionId": session_id, "undo": [{"path": "config.py", "index": 1, "digest": second["digest"]}],
+            "keep": [{"path": "config.py", "index": 0, "digest": first["digest"]}]})
+        assert answer["undone"] == [{"path": "config.py", "index": 1}] and answer["refused"] == {}
+        assert (workspace / "config.py").read_text() == lines.replace("value_1 = 1\n", "value_1 = 100\n")
+        again = await client.protocol.send_request_async("composer/reviewHunks", {
+            "sessionId": session_id, "undo": [{"path": "config.py", "index": 1, "digest": second["digest"]}]})
+        assert "list them again" in again["refused"]["config.py"]  # that hunk is gone
+        with pytest.raises(Exception, match="undo"):
+            await client.protocol.send_request_async("composer/reviewHunks", {"sessionId": session_id, "undo": [{"path": 1}]})
+    finally:
+        await stop_client(client)
+    records = [json.loads(line) for f in (tmp_path / "logs").rglob("*.jsonl") for line in f.read_text().splitlines()]
+    verdicts = [(r["path"], r["hunk"], r["accepted"]) for r in records if r.get("type") == "edit_review"]
+    assert sorted(verdicts) == [("config.py", 0, True), ("config.py", 1, False)]
+    rewards = [r["reward"] for r in records if r.get("type") == "outcome" and r.get("detail", {}).get("hunk") is not None]
+    assert sorted(rewards) == [-1.0, 1.0]
