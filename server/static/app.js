@@ -1,7 +1,8 @@
 /* Composer web chat page: the browser client of `python -m server --ws` (server/static/index.html
  * loads this module, which imports the rest). It speaks JSON-RPC 2.0 over one WebSocket (rpc.js)
  * with ACP's session methods (session/new, /load, /list, /prompt, /set_mode, /cancel),
- * composer/rewind for "Undo last turn", and answers the server's session/request_permission.
+ * composer/rewind for "Undo last turn", composer/turnChanges and composer/reviewHunks for "Review
+ * changes" (review.js: keep or undo the last turn's changes hunk by hunk), and answers the server's session/request_permission.
  *
  * What it shows: the sessions of the workspace (sidebar, sessions.js), the transcript of the
  * current one with the answer streaming in (transcript.js), tool-call cards with diffs (tools.js,
@@ -25,6 +26,7 @@ import {askPermission, settlePermissions} from "./permissions.js";
 import {TOKEN, conn, notify, openSocket, request, socketClosed} from "./rpc.js";
 import {onModeChange, openSession, refreshSessions, renderSessions, sessionFromAddress, showDraft} from "./sessions.js";
 import {sessions, state} from "./state.js";
+import {closeReview, keepAll, toggleReview} from "./review.js";
 import {cancelTurn, sendPrompt, undoLastTurn} from "./turns.js";
 import {onUpdate} from "./transcript.js";
 
@@ -136,6 +138,16 @@ function main() {
   $("#cancel").addEventListener("click", cancelTurn);
   $("#mode").addEventListener("change", onModeChange);
   $("#undo").addEventListener("click", undoLastTurn);
+  $("#review-changes").addEventListener("click", toggleReview);
+  $("#review-keep-all").addEventListener("click", keepAll);
+  $("#review-close").addEventListener("click", () => closeReview(true));
+  $("#review").addEventListener("keydown", (event) => {
+    if (event.key === "Escape") {
+      event.preventDefault();
+      event.stopPropagation();
+      closeReview(true);
+    }
+  });
   $("#new-session").addEventListener("click", () => {
     hideError();
     showDraft();

@@ -1,9 +1,10 @@
 /* Composer web chat page: the page's chrome around the transcript: the title (and the tab's,
  * which flags a waiting question), the sandbox's isolation level, the plan, context usage, and
- * which controls are enabled. */
+ * which controls are enabled ("Review changes" and its panel: review.js). */
 
 import {$, el, shortNumber} from "./dom.js";
 import {conn} from "./rpc.js";
+import {renderReviewControls} from "./review.js";
 import {renderModes, renderSessions} from "./sessions.js";
 import {sessions, state} from "./state.js";
 
@@ -71,6 +72,7 @@ export function updateControls() {
   $("#cancel").disabled = !conn.ready;
   $("#mode").disabled = !conn.ready || busy;
   $("#undo").disabled = !conn.ready || !s || !s.attached || busy;
+  renderReviewControls();
   $("#new-session").disabled = !conn.ready;
   $("#app").dataset.running = running ? "true" : "false";
   const status = $("#turn-status");

@@ -1,10 +1,11 @@
 /* Composer web chat page: turns. Sending a prompt (creating the session first when the page
  * shows a draft, in the mode picked for it), the turn's end note, cancel, and "Undo last turn"
- * (composer/rewind). */
+ * (composer/rewind); "Review changes" is review.js. */
 
 import {$, plural, showError, toast} from "./dom.js";
 import {autosize, renderTitle, updateControls} from "./chrome.js";
 import {settlePermissions} from "./permissions.js";
+import {closeReview} from "./review.js";
 import {conn, notify, request} from "./rpc.js";
 import {ensureSession, refreshSessions, renderSessions} from "./sessions.js";
 import {state} from "./state.js";
@@ -39,6 +40,7 @@ export async function sendPrompt() {
     updateControls();
     return;
   }
+  closeReview();  // the listing is about the turn before this one
   box.value = "";
   autosize();
   s.last = null;
@@ -79,7 +81,7 @@ function endTurn(s, result, seconds) {
   bits.push(`${seconds.toFixed(1)} s`);
   appendNote(s, reason === "end_turn" ? "turn-end" : "turn-end stopped", bits.join(" \u00B7 "),
     {"data-stop-reason": reason});
-  if (meta.checkpoint) s.checkpoint = meta.checkpoint;
+  s.checkpoint = meta.checkpoint || null;  // non-null when the turn changed something: "Review changes"
 }
 
 export function cancelTurn() {
@@ -107,6 +109,7 @@ export async function undoLastTurn() {
     const what = parts.length ? parts.join("; ") : "no files changed";
     const backup = result && result.backupCheckpointId ? ` (backup checkpoint ${result.backupCheckpointId})` : "";
     appendNote(s, "rewind", `Undid the last turn's changes: restored checkpoint ${result && result.checkpointId}; ${what}${backup}.`);
+    closeReview();
     toast("Restored the files to before the last turn.", "info");
   } catch (err) {
     showError(`Undo failed: ${err.message}`);

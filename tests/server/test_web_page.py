@@ -9,7 +9,10 @@ reject (the file stays); the proposal edited in the card before allowing it (the
 is what gets written; a command has nothing to edit, and allowing unedited sends no _meta); Undo
 after a shell command that rewrote the tree (byte-identical again); the sandbox level, and on a
 machine without bubblewrap its warning and a question before every command; and the websocket
-refusing a missing token or a foreign Origin.
+refusing a missing token or a foreign Origin. "Review changes" after a turn that edited two
+far-apart lines of a file: one change undone (only the other stays on disk, the list shrinks),
+the other kept (sent as keep, marked kept); a change undone after the file moved on is refused
+with the reason shown, a binary file is listed with its note, and Keep all keeps the rest.
 Chromium comes from `make browser-deps` (apt); without it the browser tests skip.
 """
 
@@ -44,6 +47,10 @@ SCRIPT = [[{"text": "I will change the **greeting** in `hello.py`, *carefully*: 
                             "arguments": {"path": "hello.py", "old_string": "hello", "new_string": "goodbye"}}]},
            {"text": "Changed it."}]]
 REQUEST = "Please change the greeting in hello.py"
+CONFIG = "".join(f"value_{i} = {i}\n" for i in range(20))  # config.py: 20 lines
+# one step, two edits far apart (lines 2 and 18): two hunks of one file
+TWO_EDITS = [{"name": "edit_file", "arguments": {"path": "config.py", "old_string": f"value_{i} = {i}",
+                                                 "new_string": f"value_{i} = {i * 100}"}} for i in (1, 17)]
 URL_RE = re.compile(r"(http://127\.0\.0\.1:(\d+)/\?token=([A-Za-z0-9_\-]+))")
 TIMEOUT_MS = 20_000
 
@@ -318,6 +325,141 @@ def test_undo_after_a_shell_turn_restores_the_tree_byte_for_byte(page, server: S
     page.click("#undo")
     expect(page.locator(".note.rewind")).to_contain_text("src/lib.py")
     assert changed_paths(before, snapshot(server.workspace)) == []
+
+
+def review_sent(sent: list[dict]) -> list[dict]:
+    """The params of the page's composer/reviewHunks requests, in order."""
+    return [m["params"] for m in sent if m.get("method") == "composer/reviewHunks"]
+
+
+def run_turn(page, text: str) -> None:
+    """Types `text` into the prompt box (agent mode) and sends it with Enter."""
+    from playwright.sync_api import expect
+
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    page.fill("#prompt", text)
+    page.press("#prompt", "Enter")
+
+
+def open_review(page) -> object:
+    """Clicks Review changes; returns the panel once it lists something."""
+    from playwright.sync_api import expect
+
+    button = page.get_by_role("button", name="Review changes")
+    expect(button).to_be_visible()
+    expect(button).to_have_attribute("aria-expanded", "false")
+    button.click()
+    expect(button).to_have_attribute("aria-expanded", "true")
+    panel = page.get_by_role("region", name="Review changes")
+    expect(panel).to_be_visible()
+    expect(panel.locator(".review-file")).not_to_have_count(0)
+    return panel
+
+
+@needs_chromium
+def test_review_changes_undoes_one_hunk_and_keeps_the_other(page, server: Server, sent: list[dict]) -> None:
+    from playwright.sync_api import expect
+
+    config = server.workspace / "config.py"
+    config.write_text(CONFIG)
+    server.model.script = [[{"text": "", "tool_calls": TWO_EDITS}, {"text": "Changed both."}]]
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    expect(page.locator("#review-changes")).to_be_hidden()  # nothing changed yet
+    run_turn(page, "change values 1 and 17")
+    expect(page.locator(".note.turn-end")).to_have_attribute("data-stop-reason", "end_turn")
+    both = CONFIG.replace("value_1 = 1\n", "value_1 = 100\n").replace("value_17 = 17\n", "value_17 = 1700\n")
+    assert config.read_text() == both
+
+    panel = open_review(page)
+    expect(panel.get_by_role("heading", name="Review changes")).to_be_focused()
+    hunks = panel.locator(".review-file[data-path='config.py'] .review-hunk")
+    expect(hunks).to_have_count(2)
+    expect(hunks.nth(0).locator(".diff-add")).to_have_text("+value_1 = 100")
+    expect(hunks.nth(0).locator(".diff-del")).to_have_text("-value_1 = 1")
+    expect(hunks.nth(1).locator(".diff-add")).to_have_text("+value_17 = 1700")
+    expect(hunks.nth(1).locator(".diff-hunk")).to_have_text("@@ -15,6 +15,6 @@")
+    expect(panel.get_by_role("group", name="Change 2 in config.py")).to_be_visible()
+    expect(panel.locator("#review-status")).to_have_text("2 changes to review in 1 file.")
+
+    panel.get_by_role("button", name="Undo change 2 in config.py").click()
+    expect(hunks).to_have_count(1)  # listed again after the undo
+    assert config.read_text() == CONFIG.replace("value_1 = 1\n", "value_1 = 100\n")
+    expect(hunks.locator(".diff-add")).to_have_text("+value_1 = 100")
+    expect(panel.get_by_role("button", name="Undo change 2 in config.py")).to_have_count(0)
+    expect(panel.get_by_role("button", name="Undo change 1 in config.py")).to_be_focused()
+    expect(panel.locator("#review-status")).to_have_text(re.compile(r"^Undid change 2 in config\.py\. 1 change to review"))
+    expect(page.locator(".note.rewind")).to_contain_text("Undid change 2 in config.py")
+    [undo] = review_sent(sent)
+    listed = [m for m in sent if m.get("method") == "composer/turnChanges"]
+    assert len(listed) == 2 and listed[0]["params"]["sessionId"] == undo["sessionId"]
+    assert [(p["path"], p["index"]) for p in undo["undo"]] == [("config.py", 1)] and "keep" not in undo
+    assert len(undo["undo"][0]["digest"]) == 16
+
+    keep = panel.get_by_role("button", name="Keep change 1 in config.py")
+    keep.focus()
+    page.keyboard.press("Enter")  # the keyboard works it
+    expect(hunks).to_have_attribute("data-kept", "true")
+    expect(hunks.locator(".review-kept")).to_have_text("Kept")
+    expect(keep).to_be_disabled()
+    expect(panel.get_by_role("button", name="Undo change 1 in config.py")).to_be_disabled()
+    expect(panel.get_by_role("button", name="Keep all")).to_be_hidden()
+    expect(panel.locator("#review-status")).to_have_text("All 1 change kept.")
+    expect(panel.get_by_role("heading", name="Review changes")).to_be_focused()
+    _, kept = review_sent(sent)
+    assert [(p["path"], p["index"]) for p in kept["keep"]] == [("config.py", 0)] and "undo" not in kept
+    assert config.read_text() == CONFIG.replace("value_1 = 1\n", "value_1 = 100\n")  # keeping changes nothing
+
+    page.keyboard.press("Escape")  # closes the panel, focus back on its button
+    expect(panel).to_be_hidden()
+    expect(page.get_by_role("button", name="Review changes")).to_be_focused()
+
+
+@needs_chromium
+def test_review_shows_a_refusal_and_a_binary_file_and_keeps_all(page, server: Server, sent: list[dict]) -> None:
+    from playwright.sync_api import expect
+
+    config = server.workspace / "config.py"
+    config.write_text(CONFIG)
+    command = "printf 'a\\000b\\377' > blob.bin"
+    server.model.script = [[{"text": "", "tool_calls": [*TWO_EDITS, {"name": "run_terminal", "arguments": {"command": command}}]},
+                            {"text": "Changed both, made a blob."}]]
+    run_turn(page, "change values 1 and 17, make a blob")
+    page.locator('.permission button[data-option-id="allow_once"]').click()  # agent mode asks about the command
+    expect(page.locator(".note.turn-end")).to_have_attribute("data-stop-reason", "end_turn")
+    assert (server.workspace / "blob.bin").read_bytes() == b"a\x00b\xff"
+
+    panel = open_review(page)
+    blob = panel.locator(".review-file[data-path='blob.bin']")
+    expect(blob.locator(".review-note")).to_contain_text("only \u201CUndo last turn\u201D restores this file")
+    expect(blob.locator(".diff-tag")).to_have_text(" new file")
+    expect(blob.locator(".review-hunk")).to_have_count(0)
+    hunks = panel.locator(".review-file[data-path='config.py'] .review-hunk")
+    expect(hunks).to_have_count(2)
+
+    # the file moves on after it was listed: its undo is refused, untouched, and the reason shown
+    moved = config.read_text().replace("value_17 = 1700", "value_17 = 1701")
+    config.write_text(moved)
+    panel.get_by_role("button", name="Undo change 2 in config.py").click()
+    refused = panel.locator(".review-file[data-path='config.py'] .review-refused")
+    expect(refused).to_contain_text("Not undone: ")
+    expect(refused).to_contain_text("list them again")
+    expect(hunks.nth(1).locator(".diff-add")).to_have_text("+value_17 = 1701")  # the new listing
+    assert config.read_text() == moved
+
+    panel.get_by_role("button", name="Keep all").click()
+    expect(hunks.locator(".review-kept")).to_have_text(["Kept", "Kept"])
+    expect(panel.locator("button.review-undo")).to_have_count(2)
+    for button in panel.locator("button.review-undo, button.review-keep").all():
+        expect(button).to_be_disabled()
+    _, kept = review_sent(sent)
+    assert [(p["path"], p["index"]) for p in kept["keep"]] == [("config.py", 0), ("config.py", 1)]
+    assert "+value_17 = 1701" in hunks.nth(1).inner_text() and config.read_text() == moved
+
+    # Undo last turn still restores everything, the binary file included, and closes the review
+    page.click("#undo")
+    expect(page.locator(".note.rewind").last).to_contain_text("restored checkpoint")
+    expect(panel).to_be_hidden()
+    assert config.read_text() == CONFIG and not (server.workspace / "blob.bin").exists()
 
 
 @needs_chromium
