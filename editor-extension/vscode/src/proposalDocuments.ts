@@ -51,6 +51,9 @@ export class ProposalDocuments implements vscode.FileSystemProvider, ProposalEdi
   async open(requestId: number, diff: DiffContent): Promise<void> {
     const proposal = this.proposals.get(requestId) ?? this.create(requestId, diff);
     const doc = await vscode.workspace.openTextDocument(proposal.uri);
+    // settled while the document opened: discard() already closed (and is deleting) its file, and a
+    // diff opened now would be an editable tab of a proposal nobody will read
+    if (this.proposals.get(requestId) !== proposal) return;
     proposal.loaded ??= doc.getText();
     const title = `${path.basename(diff.path)} (proposed by Composer: edit the right side, then Accept)`;
     // pinned: a preview tab gives way to the next file opened, and the person is about to work here

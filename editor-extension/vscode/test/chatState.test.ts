@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { ChatState, currentSession, initialState, MessageItem, pendingPermissions, reduce, ToolItem } from '../src/protocol/chatState';
+import { ChatState, currentSession, initialState, MessageItem, pendingPermissions, reduce, ReviewItem, ToolItem } from '../src/protocol/chatState';
 import type { SessionUpdate } from '../src/protocol/types';
-import { chunk, MODES, permissionParams } from './support/fakeConnection';
+import { chunk, HUNK_1, MODES, permissionParams, TURN_CHANGES } from './support/fakeConnection';
 
 function fold(updates: SessionUpdate[], state: ChatState = reduce(initialState(), { type: 'opened', sessionId: 's', modes: MODES as any })): ChatState {
   return updates.reduce((s, update) => reduce(s, { type: 'update', sessionId: 's', update }), state);
@@ -114,5 +114,44 @@ describe('the chat state reducer', () => {
     expect(s.draftMode).toBe('review');
     s = reduce(s, { type: 'opened', sessionId: 'x' });
     expect(currentSession(s)!.mode).toBe('review');
+  });
+});
+
+describe('a turn\'s changes to review', () => {
+  const ended = (checkpoint: string | null) => reduce(reduce(fold([]), { type: 'prompted', sessionId: 's', text: 'change it' }),
+    { type: 'turnEnded', sessionId: 's', stopReason: 'end_turn', checkpoint });
+  const reviews = (s: ChatState) => items(s).filter((i): i is ReviewItem => i.type === 'review');
+
+  it('follows a turn that changed files (a checkpoint), not one that changed nothing', () => {
+    expect(reviews(ended(null))).toEqual([]);
+    expect(reviews(ended('cp1'))).toMatchObject([{ checkpointId: 'cp1', phase: 'closed', files: [], stale: false }]);
+  });
+
+  it('goes stale when the next turn starts or the turn is undone', () => {
+    const s = ended('cp1');
+    expect(reviews(reduce(s, { type: 'prompted', sessionId: 's', text: 'more' }))[0].stale).toBe(true);
+    expect(reviews(reduce(s, { type: 'reviewStale', sessionId: 's' }))[0].stale).toBe(true);
+  });
+
+  it('keeps a kept hunk kept when a listing shifts its index and digest, and shows refused files', () => {
+    let s = ended('cp1');
+    const itemId = reviews(s)[0].id;
+    s = reduce(s, { type: 'reviewListed', sessionId: 's', itemId, files: TURN_CHANGES.files });
+    s = reduce(s, { type: 'reviewKept', sessionId: 's', itemId, kept: [{ path: 'config.py', index: 1 }], refused: {} });
+    expect(reviews(s)[0].files[0].hunks.map((h) => h.kept)).toEqual([false, true]);
+    const shifted = { ...HUNK_1, index: 0, header: '@@ -15,6 +15,6 @@', digest: 'other' };
+    s = reduce(s, { type: 'reviewListed', sessionId: 's', itemId, refused: { 'logo.png': 'changed since it was listed' },
+      files: [{ path: 'config.py', status: 'modified', binary: false, hunks: [shifted] }] });
+    const [config, logo] = reviews(s)[0].files;
+    expect(config.hunks).toMatchObject([{ index: 0, digest: 'other', kept: true }]);
+    expect(logo).toMatchObject({ path: 'logo.png', hunks: [], refused: 'changed since it was listed' });
+  });
+
+  it('a refused keep marks nothing kept in that file', () => {
+    let s = ended('cp1');
+    const itemId = reviews(s)[0].id;
+    s = reduce(s, { type: 'reviewListed', sessionId: 's', itemId, files: TURN_CHANGES.files });
+    s = reduce(s, { type: 'reviewKept', sessionId: 's', itemId, kept: [{ path: 'config.py', index: 0 }], refused: { 'config.py': 'why' } });
+    expect(reviews(s)[0].files[0]).toMatchObject({ refused: 'why', hunks: [{ kept: false }, { kept: false }] });
   });
 });

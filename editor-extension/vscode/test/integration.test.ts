@@ -6,10 +6,12 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { pathToFileURL } from 'url';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ChatItem, currentSession, MessageItem, pendingPermissions, ToolItem } from '../src/protocol/chatState';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { ChatItem, currentSession, MessageItem, pendingPermissions, ReviewItem, ToolItem } from '../src/protocol/chatState';
 import { ProposalEditor, SessionClient } from '../src/protocol/sessionClient';
 import type { SessionNotification } from '../src/protocol/types';
+import type { ViewReview } from '../src/protocol/view';
+import { handleViewMessage, ViewHost } from '../src/protocol/viewMessages';
 import { permissionView, ViewSync } from '../src/protocol/viewModel';
 import { connectServer, Model, PYTHON, REPO_ROOT, ScriptReply, Server, startModel, startServer, until } from './support/composer';
 
@@ -217,6 +219,47 @@ describe('composer-lsp through the session client', () => {
     expect(views[0].options.map((o) => o.kind)).not.toContain('allow_always');
     expect(fs.existsSync(path.join(workspace, 'made.txt'))).toBe(false);
     expect(tools(client)[0].status).toBe('failed');
+  });
+
+  it('reviews a turn\'s two changes to a file hunk by hunk: undoing the second leaves only the first on disk', async () => {
+    const file = path.join(workspace, 'config.py');
+    const before = Array.from({ length: 20 }, (_, i) => `value_${i} = ${i}\n`).join('');
+    fs.writeFileSync(file, before);
+    const edits = [1, 17].map((i) => ({ name: 'edit_file',
+      arguments: { path: 'config.py', old_string: `value_${i} = ${i}\n`, new_string: `value_${i} = ${i * 100}\n` } }));
+    const { client } = await setUp([[{ text: '', tool_calls: edits }, { text: 'Scaled them.' }]]);
+    const host: ViewHost = { resync: vi.fn(), openDiff: vi.fn(), editProposal: vi.fn(), openLocation: vi.fn(), pickSession: vi.fn(),
+      showError: vi.fn() };
+    // what a webview that (re)loads now is sent
+    const shown = () => new ViewSync(workspace).next(client.state).items.find((i): i is ViewReview => i.type === 'review');
+    const config = () => shown()!.files.find((f) => f.path === 'config.py')!;
+
+    const result = await client.prompt('scale values 1 and 17');
+    expect(result._meta?.composer?.checkpoint).toBeTruthy();
+    expect(fs.readFileSync(file, 'utf8')).toBe(before.replace('value_1 = 1\n', 'value_1 = 100\n').replace('value_17 = 17\n', 'value_17 = 1700\n'));
+    const itemId = items(client).find((i): i is ReviewItem => i.type === 'review')!.id;
+    expect(shown()).toMatchObject({ state: 'closed' });
+
+    await handleViewMessage({ type: 'reviewChanges', itemId }, client, host); // "Review changes"
+    expect(host.showError).not.toHaveBeenCalled();
+    expect(config().hunks).toHaveLength(2);
+    const [first, second] = config().hunks;
+    expect(first.lines).toContainEqual({ op: '+', text: 'value_1 = 100' });
+    expect(second.lines).toContainEqual({ op: '+', text: 'value_17 = 1700' });
+    expect([config().absPath, first.line, second.line]).toEqual([file, 2, 18]);
+
+    await handleViewMessage({ type: 'reviewHunk', itemId, path: 'config.py', index: 1, verdict: 'undo' }, client, host);
+    expect(host.showError).not.toHaveBeenCalled();
+    expect(fs.readFileSync(file, 'utf8')).toBe(before.replace('value_1 = 1\n', 'value_1 = 100\n'));
+    expect(config().hunks.map((h) => h.lines.filter((l) => l.op !== ' '))).toEqual([
+      [{ op: '-', text: 'value_1 = 1' }, { op: '+', text: 'value_1 = 100' }]]); // listed again
+
+    await handleViewMessage({ type: 'reviewHunk', itemId, path: 'config.py', index: 0, verdict: 'keep' }, client, host);
+    expect(host.showError).not.toHaveBeenCalled();
+    expect(config().hunks.map((h) => h.kept)).toEqual([true]);
+    expect(config().refused).toBeNull();
+    expect(shown()!.error).toBeNull();
+    expect(fs.readFileSync(file, 'utf8')).toBe(before.replace('value_1 = 1\n', 'value_1 = 100\n'));
   });
 
   it('cancel ends the turn with stopReason cancelled', async () => {

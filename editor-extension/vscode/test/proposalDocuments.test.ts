@@ -68,6 +68,16 @@ describe('editable proposals in the diff editor', () => {
     expect(() => proposals.stat(right)).toThrow('not found');
   });
 
+  it('opens no diff for a proposal settled while its document was opening', async () => {
+    const opening = proposals.open(7, DIFF);
+    proposals.discard(7);
+    await opening;
+    await settled();
+    expect(opened()).toEqual([]);
+    expect(stub.tabs).toEqual([]);
+    expect(proposals.editedText(7)).toBeNull();
+  });
+
   it('writes nothing but the proposals', () => {
     const elsewhere = vscode.Uri.from({ scheme: PROPOSAL_SCHEME, path: '/8/new.py' });
     expect(() => proposals.writeFile(elsewhere, new Uint8Array())).toThrow('not found');

@@ -1,7 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { currentSession, pendingPermissions, ToolItem } from '../src/protocol/chatState';
+import { currentSession, pendingPermissions, ReviewItem, ToolItem } from '../src/protocol/chatState';
 import { ProposalEditor, SessionClient } from '../src/protocol/sessionClient';
-import { chunk, DIFF, FakeConnection, MODES, permissionParams, revisablePermissionParams, WEAK } from './support/fakeConnection';
+import {
+  CHECKPOINT, chunk, DIFF, FakeConnection, HUNK_0, HUNK_1, MODES, permissionParams, revisablePermissionParams, TURN_CHANGES, WEAK,
+} from './support/fakeConnection';
 
 function setUp(responders: Record<string, (p: any) => unknown> = {}, mode: 'agent' | 'review' = 'agent') {
   const conn = new FakeConnection({
@@ -301,5 +303,100 @@ describe('the session client with revisable questions', () => {
     proposals.editedText = () => { throw new Error('the document is gone'); };
     client.answerPermission(requestId, 'allow_once');
     expect(await answer).toEqual({ outcome: { outcome: 'selected', optionId: 'allow_once' } });
+  });
+});
+
+describe('reviewing a turn\'s changes hunk by hunk', () => {
+  /** A session whose turn changed config.py (HUNK_0, HUNK_1) and logo.png; `listing` is what
+   * composer/turnChanges answers next. */
+  async function changed(responders: Record<string, (p: any) => unknown> = {}) {
+    const server = { listing: TURN_CHANGES as unknown, answer: { undone: [], refused: {}, backupCheckpointId: 'b1' } as unknown };
+    const { conn, client } = setUp({
+      'session/prompt': () => ({ stopReason: 'end_turn', _meta: { composer: { steps: 2, toolCalls: 2, checkpoint: CHECKPOINT } } }),
+      'composer/turnChanges': () => server.listing,
+      'composer/reviewHunks': () => server.answer,
+      ...responders,
+    });
+    await client.prompt('change the config');
+    const review = () => currentSession(client.state)!.items.find((i): i is ReviewItem => i.type === 'review')!;
+    const methods = () => conn.sent.map((r) => r.method).filter((m) => m.startsWith('composer/'));
+    return { conn, client, server, review, methods };
+  }
+
+  it('offers a review after a turn that changed files, and none after one that changed nothing', async () => {
+    const { review } = await changed();
+    expect(review()).toMatchObject({ checkpointId: CHECKPOINT, phase: 'closed' });
+    const { client } = setUp({ 'session/prompt': () => ({ stopReason: 'end_turn', _meta: { composer: { checkpoint: null } } }) });
+    await client.prompt('just talk');
+    expect(currentSession(client.state)!.items.map((i) => i.type)).toEqual(['message']);
+  });
+
+  it('lists the turn\'s changes since its checkpoint, binary files without hunks', async () => {
+    const { conn, client, review } = await changed();
+    await client.reviewChanges(review().id);
+    expect(conn.sent.at(-1)).toEqual({ method: 'composer/turnChanges', params: { sessionId: 's1', checkpointId: CHECKPOINT } });
+    expect(review()).toMatchObject({ phase: 'open', busy: false, error: null });
+    expect(review().files.map((f) => [f.path, f.binary, f.hunks.map((h) => h.digest)])).toEqual([['config.py', false, ['d0', 'd1']], ['logo.png', true, []]]);
+  });
+
+  it('undoes one hunk by its index and digest, then lists again (the indices shift)', async () => {
+    const { conn, client, server, review, methods } = await changed();
+    await client.reviewChanges(review().id);
+    server.listing = { checkpointId: CHECKPOINT, files: [{ path: 'config.py', status: 'modified', binary: false, hunks: [HUNK_0] }] };
+    await client.reviewHunks(review().id, 'undo', [{ path: 'config.py', index: 1 }]);
+    expect(methods()).toEqual(['composer/turnChanges', 'composer/reviewHunks', 'composer/turnChanges']);
+    expect(conn.sent.find((r) => r.method === 'composer/reviewHunks')!.params).toEqual(
+      { sessionId: 's1', checkpointId: CHECKPOINT, undo: [{ path: 'config.py', index: 1, digest: 'd1' }] });
+    expect(review().files.map((f) => f.hunks.map((h) => h.digest))).toEqual([['d0']]);
+  });
+
+  it('keeps a hunk without listing again; it stays kept when an undo above it shifts its index', async () => {
+    const { conn, client, server, review, methods } = await changed();
+    await client.reviewChanges(review().id);
+    await client.reviewHunks(review().id, 'keep', [{ path: 'config.py', index: 1 }]);
+    expect(conn.sent.at(-1)!.params).toEqual({ sessionId: 's1', checkpointId: CHECKPOINT, keep: [{ path: 'config.py', index: 1, digest: 'd1' }] });
+    expect(methods()).toEqual(['composer/turnChanges', 'composer/reviewHunks']);
+    expect(review().files[0].hunks.map((h) => h.kept)).toEqual([false, true]);
+
+    server.listing = { checkpointId: CHECKPOINT, files: [{ path: 'config.py', status: 'modified', binary: false,
+      hunks: [{ ...HUNK_1, index: 0, digest: 'd1-shifted' }] }] };
+    await client.reviewHunks(review().id, 'undo', [{ path: 'config.py', index: 0 }]);
+    expect(conn.sent.find((r) => r.params?.undo)!.params.undo).toEqual([{ path: 'config.py', index: 0, digest: 'd0' }]);
+    expect(review().files[0].hunks).toMatchObject([{ index: 0, digest: 'd1-shifted', kept: true }]);
+  });
+
+  it('Keep all sends every hunk not kept yet', async () => {
+    const { conn, client, review } = await changed();
+    await client.reviewChanges(review().id);
+    await client.reviewHunks(review().id, 'keep', [{ path: 'config.py', index: 0 }]);
+    await client.keepAll(review().id);
+    expect(conn.sent.at(-1)!.params.keep).toEqual([{ path: 'config.py', index: 1, digest: 'd1' }]);
+    expect(review().files[0].hunks.every((h) => h.kept)).toBe(true);
+  });
+
+  it('shows why the server left a file untouched, listed again', async () => {
+    const { client, server, review, methods } = await changed();
+    await client.reviewChanges(review().id);
+    server.answer = { undone: [], refused: { 'config.py': 'config.py changed since it was listed: list them again' }, backupCheckpointId: null };
+    await client.reviewHunks(review().id, 'keep', [{ path: 'config.py', index: 0 }]);
+    expect(methods()).toEqual(['composer/turnChanges', 'composer/reviewHunks', 'composer/turnChanges']);
+    expect(review().files[0]).toMatchObject({ refused: 'config.py changed since it was listed: list them again',
+      hunks: [{ kept: false }, { kept: false }] });
+  });
+
+  it('shows a failed listing on the review, and refuses an earlier turn\'s review', async () => {
+    const { client, review } = await changed({ 'composer/turnChanges': () => { throw new Error('a turn is running'); } });
+    await expect(client.reviewChanges(review().id)).rejects.toThrow('a turn is running');
+    expect(review()).toMatchObject({ phase: 'closed', busy: false, error: 'a turn is running' });
+    const first = review().id;
+    await client.prompt('again');
+    await expect(client.reviewChanges(first)).rejects.toThrow('earlier turn');
+    await expect(client.reviewChanges('nope')).rejects.toThrow('no changes to review');
+  });
+
+  it('an undone turn (composer/rewind) leaves nothing to review', async () => {
+    const { client, review } = await changed({ 'composer/rewind': () => ({ checkpointId: CHECKPOINT }) });
+    await client.rewind();
+    expect(review().stale).toBe(true);
   });
 });

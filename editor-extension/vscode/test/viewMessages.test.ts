@@ -2,7 +2,9 @@ import { describe, expect, it, vi } from 'vitest';
 import { currentSession } from '../src/protocol/chatState';
 import { SessionClient } from '../src/protocol/sessionClient';
 import { handleViewMessage, parseFromView, ViewHost } from '../src/protocol/viewMessages';
-import { DIFF, FakeConnection, MODES, permissionParams, revisablePermissionParams } from './support/fakeConnection';
+import {
+  CHECKPOINT, DIFF, FakeConnection, MODES, permissionParams, revisablePermissionParams, TURN_CHANGES,
+} from './support/fakeConnection';
 
 function setUp() {
   const conn = new FakeConnection({
@@ -10,6 +12,8 @@ function setUp() {
     'session/set_mode': () => ({}),
     'session/prompt': () => ({ stopReason: 'end_turn' }),
     'composer/rewind': () => ({ checkpointId: 'c' }),
+    'composer/turnChanges': () => TURN_CHANGES,
+    'composer/reviewHunks': () => ({ undone: [], refused: {}, backupCheckpointId: null }),
   });
   const client = new SessionClient({ cwd: '/ws' });
   client.attach(conn);
@@ -98,5 +102,49 @@ describe('the chat view\'s messages', () => {
     expect(conn.notifications.map((n) => n.method)).toEqual(['session/cancel']);
     await handleViewMessage({ type: 'newChat' }, client, host);
     expect(client.state.currentId).toBeNull();
+  });
+});
+
+describe('the review of a turn\'s changes from the chat view', () => {
+  async function turned() {
+    const made = setUp();
+    made.conn.responders['session/prompt'] = () => ({ stopReason: 'end_turn', _meta: { composer: { checkpoint: CHECKPOINT } } });
+    await made.client.prompt('change the config');
+    const itemId = currentSession(made.client.state)!.items.find((i) => i.type === 'review')!.id;
+    return { ...made, itemId };
+  }
+
+  it('drops malformed review messages', () => {
+    for (const bad of [{ type: 'reviewChanges' }, { type: 'keepAll', itemId: 3 }, { type: 'reviewHunk', itemId: 'i1', path: 'a.py', index: 0 },
+      { type: 'reviewHunk', itemId: 'i1', path: 'a.py', index: 0.5, verdict: 'undo' }, { type: 'reviewHunk', itemId: 'i1', index: 0, verdict: 'keep' }]) {
+      expect(parseFromView(bad)).toBeNull();
+    }
+    expect(parseFromView({ type: 'reviewHunk', itemId: 'i1', path: 'a.py', index: 2, verdict: 'undo' }))
+      .toEqual({ type: 'reviewHunk', itemId: 'i1', path: 'a.py', index: 2, verdict: 'undo' });
+  });
+
+  it('lists, undoes (listing again), keeps and keeps all', async () => {
+    const { conn, client, host, itemId } = await turned();
+    await handleViewMessage({ type: 'reviewChanges', itemId }, client, host);
+    await handleViewMessage({ type: 'reviewHunk', itemId, path: 'config.py', index: 1, verdict: 'undo' }, client, host);
+    await handleViewMessage({ type: 'reviewHunk', itemId, path: 'config.py', index: 0, verdict: 'keep' }, client, host);
+    await handleViewMessage({ type: 'keepAll', itemId }, client, host);
+    const review = conn.sent.filter((r) => r.method.startsWith('composer/'));
+    expect(review.map((r) => r.method)).toEqual(['composer/turnChanges', 'composer/reviewHunks', 'composer/turnChanges',
+      'composer/reviewHunks', 'composer/reviewHunks']);
+    expect(review[1].params.undo).toEqual([{ path: 'config.py', index: 1, digest: 'd1' }]);
+    expect(review[3].params.keep).toEqual([{ path: 'config.py', index: 0, digest: 'd0' }]);
+    expect(review[4].params.keep).toEqual([{ path: 'config.py', index: 1, digest: 'd1' }]);
+    expect(host.showError).not.toHaveBeenCalled();
+  });
+
+  it('shows a failure on the review card, not in a popup; a review that is not there in a popup', async () => {
+    const { conn, client, host, itemId } = await turned();
+    conn.responders['composer/turnChanges'] = () => { throw new Error('a turn is running'); };
+    await handleViewMessage({ type: 'reviewChanges', itemId }, client, host);
+    expect(currentSession(client.state)!.items.find((i) => i.id === itemId)).toMatchObject({ error: 'a turn is running' });
+    expect(host.showError).not.toHaveBeenCalled();
+    await handleViewMessage({ type: 'keepAll', itemId: 'gone' }, client, host);
+    expect(host.showError).toHaveBeenCalledWith('There are no changes to review here');
   });
 });

@@ -1,7 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { ChatState, initialState, reduce } from '../src/protocol/chatState';
-import { findDiff, header, statusOf, ViewSync } from '../src/protocol/viewModel';
-import { chunk, DIFF, MODES, permissionParams, revisablePermissionParams, terminalPermissionParams, WEAK } from './support/fakeConnection';
+import { findDiff, header, reviewView, statusOf, ViewSync } from '../src/protocol/viewModel';
+import {
+  chunk, DIFF, MODES, permissionParams, revisablePermissionParams, terminalPermissionParams, TURN_CHANGES, WEAK,
+} from './support/fakeConnection';
 
 function running(): ChatState {
   let s = reduce(initialState(), { type: 'server', status: 'running' });
@@ -126,5 +128,35 @@ describe('the chat view model', () => {
     expect(tool.permission!.options.map((o) => o.kind)).toEqual(['allow_once', 'reject_once', 'reject_always']);
     const edit = new ViewSync('/ws').next(reduce(running(), { type: 'permissionAsked', requestId: 6, params: permissionParams('s') })).items[1];
     expect(edit.type === 'tool' && edit.permission).toMatchObject({ details: [], warning: null });
+  });
+});
+
+describe('the view of a turn\'s changes', () => {
+  function listed(): ChatState {
+    let s = reduce(running(), { type: 'turnEnded', sessionId: 's', stopReason: 'end_turn', checkpoint: 'cp1' });
+    const itemId = s.sessions.s.items.at(-1)!.id;
+    s = reduce(s, { type: 'reviewListed', sessionId: 's', itemId, files: [...TURN_CHANGES.files,
+      { path: 'old.py', status: 'deleted', binary: false, hunks: [{ index: 0, header: '@@ -1,2 +0,0 @@', lines: ['-a', '-b'], digest: 'x' }] }] });
+    return reduce(s, { type: 'reviewKept', sessionId: 's', itemId, kept: [{ path: 'config.py', index: 0 }], refused: {} });
+  }
+
+  it('puts each hunk\'s link at its first changed line on the new side, in the workspace', () => {
+    const item = new ViewSync('/ws').next(listed()).items.find((i) => i.type === 'review')!;
+    expect(item).toMatchObject({ type: 'review', state: 'open', busy: false, canKeepAll: true });
+    if (item.type !== 'review') throw new Error('not a review');
+    const [config, logo, old] = item.files;
+    expect(config.absPath).toBe('/ws/config.py');
+    expect(config.hunks.map((h) => [h.line, h.label, h.kept])).toEqual([
+      [2, 'config.py, lines 1 to 5', true], [18, 'config.py, lines 15 to 20', false]]);
+    expect(config.hunks[1].lines.slice(2, 5)).toEqual([{ op: ' ', text: 'value_16 = 16' }, { op: '-', text: 'value_17 = 17' },
+      { op: '+', text: 'value_17 = 1700' }]);
+    expect(logo).toMatchObject({ binary: true, hunks: [], absPath: '/ws/logo.png' });
+    expect(old).toMatchObject({ absPath: null, hunks: [{ line: 1 }] }); // deleted: nothing to open
+  });
+
+  it('is stale, with nothing to keep, once the next turn starts', () => {
+    const s = reduce(listed(), { type: 'prompted', sessionId: 's', text: 'more' });
+    const review = s.sessions.s.items.find((i) => i.type === 'review')!;
+    expect(reviewView(review as never, '/ws')).toMatchObject({ state: 'stale', canKeepAll: false });
   });
 });

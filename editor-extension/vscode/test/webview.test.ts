@@ -2,11 +2,13 @@
 /* The webview painter (src/webview/main.ts) in a DOM: what it shows for the view model, and what
  * it posts back when clicked. */
 import { beforeEach, describe, expect, it } from 'vitest';
-import { initialState, reduce } from '../src/protocol/chatState';
+import { ChatState, initialState, reduce } from '../src/protocol/chatState';
 import type { FromView } from '../src/protocol/view';
 import { ViewSync } from '../src/protocol/viewModel';
 import { mount, renderText } from '../src/webview/main';
-import { chunk, MODES, permissionParams, revisablePermissionParams, terminalPermissionParams, WEAK } from './support/fakeConnection';
+import {
+  chunk, MODES, permissionParams, revisablePermissionParams, terminalPermissionParams, TURN_CHANGES, WEAK,
+} from './support/fakeConnection';
 
 let root: HTMLElement;
 let posted: FromView[];
@@ -137,5 +139,78 @@ describe('the chat webview', () => {
     expect(box.querySelector('img, script')).toBeNull();
     expect(box.textContent).toContain('<img src=x onerror="alert(1)">');
     expect(box.querySelector('pre.code')!.textContent).toBe('<script>x()</script>');
+  });
+});
+
+describe('the review of a turn\'s changes in the webview', () => {
+  function ended(): { s: ChatState; itemId: string } {
+    let s = reduce(reduce(state(), { type: 'permissionSettled', sessionId: 's', requestId: 4, answer: { optionId: 'allow_once' } }),
+      { type: 'turnEnded', sessionId: 's', stopReason: 'end_turn', checkpoint: 'cp1' });
+    return { s, itemId: s.sessions.s.items.at(-1)!.id };
+  }
+
+  it('offers Review changes after a turn that changed files', () => {
+    const view = mount(root, (m) => posted.push(m));
+    const { s, itemId } = ended();
+    view.receive(new ViewSync('/ws').next(s));
+    expect($('[data-testid="review"] [data-testid="review-file"]')).toBeNull();
+    $('[data-testid="review-changes"]').click();
+    expect(posted).toEqual([{ type: 'reviewChanges', itemId }]);
+  });
+
+  it('shows each file\'s hunks as a diff, with Undo and Keep per hunk, Keep all, and the file name opening the file', () => {
+    const view = mount(root, (m) => posted.push(m));
+    const sync = new ViewSync('/ws');
+    const { s: closed, itemId } = ended();
+    let s = reduce(closed, { type: 'reviewListed', sessionId: 's', itemId, files: TURN_CHANGES.files });
+    view.receive(sync.next(s));
+    expect($('[data-testid="review-changes"]')).toBeNull();
+    const hunks = $$('[data-testid="review-hunk"]');
+    expect(hunks).toHaveLength(2);
+    expect([...hunks[1].querySelectorAll('.diff-lines .line.del, .diff-lines .line.add')].map((l) => l.textContent))
+      .toEqual(['-value_17 = 17', '+value_17 = 1700']);
+    expect(hunks[1].getAttribute('aria-label')).toBe('Change to config.py, lines 15 to 20');
+    const undo = hunks[1].querySelector('[data-testid="review-undo"]') as HTMLButtonElement;
+    expect(undo.tagName).toBe('BUTTON');
+    expect(undo.getAttribute('aria-label')).toBe('Undo the change to config.py, lines 15 to 20');
+    undo.click();
+    (hunks[0].querySelector('[data-testid="review-keep"]') as HTMLElement).click();
+    $('[data-testid="review-keep-all"]').click();
+    (hunks[1].querySelector('[data-testid="review-open"]') as HTMLElement).click();
+    expect(posted).toEqual([
+      { type: 'reviewHunk', itemId, path: 'config.py', index: 1, verdict: 'undo' },
+      { type: 'reviewHunk', itemId, path: 'config.py', index: 0, verdict: 'keep' },
+      { type: 'keepAll', itemId },
+      { type: 'openLocation', path: '/ws/config.py', line: 18 },
+    ]);
+    expect($$('[data-testid="review-file"]')[1].textContent).toContain('Binary or too large');
+  });
+
+  it('marks kept hunks, shows refused files\' reasons, and disables the buttons while a request runs', () => {
+    const view = mount(root, (m) => posted.push(m));
+    const sync = new ViewSync('/ws');
+    const { s: closed, itemId } = ended();
+    let s = reduce(closed, { type: 'reviewListed', sessionId: 's', itemId, files: TURN_CHANGES.files });
+    s = reduce(s, { type: 'reviewKept', sessionId: 's', itemId, kept: [{ path: 'config.py', index: 0 }], refused: { 'logo.png': 'it changed: list again' } });
+    s = reduce(s, { type: 'reviewBusy', sessionId: 's', itemId });
+    view.receive(sync.next(s));
+    const [first, second] = $$('[data-testid="review-hunk"]');
+    expect(first.querySelector('[data-testid="review-kept"]')!.textContent).toBe('Kept');
+    expect(first.querySelector('button[data-testid^="review-"]:not([data-testid="review-open"])')).toBeNull();
+    expect((second.querySelector('[data-testid="review-undo"]') as HTMLButtonElement).disabled).toBe(true);
+    expect($('[data-testid="review"]').getAttribute('aria-busy')).toBe('true');
+    expect($('[data-testid="review-refused"]').textContent).toBe('Left untouched: it changed: list again');
+    s = reduce(s, { type: 'reviewFailed', sessionId: 's', itemId, message: 'config.py: gone' });
+    view.receive(sync.next(s));
+    expect($('[data-testid="review-error"]').textContent).toBe('config.py: gone');
+    expect(($$('[data-testid="review-hunk"]')[1].querySelector('[data-testid="review-undo"]') as HTMLButtonElement).disabled).toBe(false);
+  });
+
+  it('an earlier turn\'s review has no buttons', () => {
+    const view = mount(root, (m) => posted.push(m));
+    const { s } = ended();
+    view.receive(new ViewSync('/ws').next(reduce(s, { type: 'prompted', sessionId: 's', text: 'more' })));
+    expect($('[data-testid="review"]').dataset.state).toBe('stale');
+    expect($('[data-testid="review"] button')).toBeNull();
   });
 });

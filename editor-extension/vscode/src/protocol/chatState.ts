@@ -12,7 +12,7 @@
 
 import type {
   DiffContent, IsolationStatus, ModeId, PermissionOption, PlanEntry, RequestPermissionParams, SessionMode, SessionModes,
-  SessionUpdate, StopReason, ToolCallContent, ToolCallFields, ToolKind, ToolLocation, ToolStatus,
+  SessionUpdate, StopReason, ToolCallContent, ToolCallFields, ToolKind, ToolLocation, ToolStatus, TurnFileChanges,
 } from './types';
 
 export type Role = 'user' | 'agent' | 'thought';
@@ -68,7 +68,42 @@ export interface NoticeItem {
   text: string;
 }
 
-export type ChatItem = MessageItem | ToolItem | NoticeItem;
+export interface ReviewHunk {
+  index: number;
+  header: string;
+  lines: string[];
+  digest: string;
+  /** The person kept it (composer/reviewHunks `keep`). */
+  kept: boolean;
+}
+
+export interface ReviewFile {
+  path: string;
+  status: string;
+  binary: boolean;
+  hunks: ReviewHunk[];
+  /** Why composer/reviewHunks left this file untouched, when it did. */
+  refused: string | null;
+}
+
+/** The changes of a turn that changed files (its prompt result's `_meta.composer.checkpoint`), to
+ * keep or undo hunk by hunk: "Review changes" lists them (composer/turnChanges). */
+export interface ReviewItem {
+  type: 'review';
+  id: string;
+  rev: number;
+  checkpointId: string;
+  /** closed: not listed yet; open: `files` is the latest listing. */
+  phase: 'closed' | 'open';
+  files: ReviewFile[];
+  /** A request about it is under way. */
+  busy: boolean;
+  error: string | null;
+  /** A later turn started, or the turn was undone: the listing no longer describes this turn. */
+  stale: boolean;
+}
+
+export type ChatItem = MessageItem | ToolItem | NoticeItem | ReviewItem;
 
 export interface SessionState {
   id: string;
@@ -119,7 +154,7 @@ export type ChatAction =
   | { type: 'select'; sessionId: string | null }
   | { type: 'update'; sessionId: string; update: SessionUpdate }
   | { type: 'prompted'; sessionId: string; text: string }
-  | { type: 'turnEnded'; sessionId: string; stopReason: StopReason }
+  | { type: 'turnEnded'; sessionId: string; stopReason: StopReason; checkpoint?: string | null }
   | { type: 'turnFailed'; sessionId: string; message: string }
   | { type: 'permissionAsked'; requestId: number; params: RequestPermissionParams }
   | { type: 'permissionSettled'; sessionId: string; requestId: number; answer: PermissionAnswer }
@@ -127,7 +162,13 @@ export type ChatAction =
   | { type: 'notice'; sessionId: string; level: 'info' | 'error'; text: string }
   | { type: 'closed'; sessionId: string }
   | { type: 'restore'; session: SessionState }
-  | { type: 'commandTurn'; delta: 1 | -1 };
+  | { type: 'commandTurn'; delta: 1 | -1 }
+  | { type: 'reviewBusy'; sessionId: string; itemId: string }
+  | { type: 'reviewListed'; sessionId: string; itemId: string; files: TurnFileChanges[]; refused?: Record<string, string> }
+  | { type: 'reviewKept'; sessionId: string; itemId: string; kept: { path: string; index: number }[]; refused: Record<string, string> }
+  | { type: 'reviewFailed'; sessionId: string; itemId: string; message: string }
+  /** The workspace went back before the session's turns (composer/rewind): no review applies. */
+  | { type: 'reviewStale'; sessionId: string };
 
 export function initialState(draftMode: ModeId = 'agent'): ChatState {
   return { sessions: {}, currentId: null, draftMode, modes: DEFAULT_MODES,
@@ -179,7 +220,8 @@ class Draft {
     return copy;
   }
 
-  push(s: SessionState, item: Omit<MessageItem, 'id' | 'rev'> | Omit<ToolItem, 'id' | 'rev'> | Omit<NoticeItem, 'id' | 'rev'>): ChatItem {
+  push(s: SessionState, item: Omit<MessageItem, 'id' | 'rev'> | Omit<ToolItem, 'id' | 'rev'> | Omit<NoticeItem, 'id' | 'rev'>
+    | Omit<ReviewItem, 'id' | 'rev'>): ChatItem {
     const rev = this.rev();
     const made = { ...item, id: `i${rev}`, rev } as ChatItem;
     s.items.push(made);
@@ -235,6 +277,7 @@ export function reduce(prev: ChatState, action: ChatAction): ChatState {
     case 'prompted': {
       const s = d.session(action.sessionId)!;
       Object.assign(s, { running: true, error: null, lastStop: null, open: null });
+      staleReviews(d, s);
       if (s.title === null) s.title = firstLine(action.text);
       d.push(s, { type: 'message', role: 'user', text: action.text });
       break;
@@ -245,6 +288,9 @@ export function reduce(prev: ChatState, action: ChatAction): ChatState {
       settleAll(d, s, 'the turn ended');
       const note = STOP_NOTES[action.stopReason];
       if (note) d.push(s, { type: 'notice', level: 'info', text: note });
+      if (typeof action.checkpoint === 'string' && action.checkpoint) {
+        d.push(s, { type: 'review', checkpointId: action.checkpoint, phase: 'closed', files: [], busy: false, error: null, stale: false });
+      }
       break;
     }
     case 'turnFailed': {
@@ -282,8 +328,78 @@ export function reduce(prev: ChatState, action: ChatAction): ChatState {
     case 'commandTurn':
       st.commandTurns = Math.max(0, st.commandTurns + action.delta);
       break;
+    case 'reviewStale': {
+      const s = d.session(action.sessionId, false);
+      if (s) staleReviews(d, s);
+      break;
+    }
+    case 'reviewBusy':
+    case 'reviewListed':
+    case 'reviewKept':
+    case 'reviewFailed':
+      changeReview(d, action);
+      break;
   }
   return st;
+}
+
+type ReviewAction = Extract<ChatAction, { type: 'reviewBusy' | 'reviewListed' | 'reviewKept' | 'reviewFailed' }>;
+
+function changeReview(d: Draft, action: ReviewAction): void {
+  const s = d.session(action.sessionId, false);
+  const index = s ? s.items.findIndex((i) => i.id === action.itemId && i.type === 'review') : -1;
+  if (!s || index < 0) return;
+  const item = s.items[index] as ReviewItem;
+  switch (action.type) {
+    case 'reviewBusy':
+      d.change<ReviewItem>(s, index, { busy: true, error: null });
+      return;
+    case 'reviewFailed':
+      d.change<ReviewItem>(s, index, { busy: false, error: action.message });
+      return;
+    case 'reviewListed':
+      d.change<ReviewItem>(s, index, { phase: 'open', busy: false, error: null,
+        files: listedFiles(action.files, item.files, action.refused ?? {}) });
+      return;
+    case 'reviewKept': {
+      const kept = new Set(action.kept.filter((k) => !(k.path in action.refused)).map((k) => `${k.index}\0${k.path}`));
+      const files = item.files.map((f) => ({
+        ...f,
+        refused: action.refused[f.path] ?? f.refused,
+        hunks: f.hunks.map((h) => (kept.has(`${h.index}\0${f.path}`) ? { ...h, kept: true } : h)),
+      }));
+      d.change<ReviewItem>(s, index, { busy: false, error: null, files });
+      return;
+    }
+  }
+}
+
+/** A new listing, the hunks kept before still marked kept (indices and digests shift when a hunk
+ * above is undone, so they are matched by path and lines). */
+function listedFiles(listed: TurnFileChanges[], before: ReviewFile[], refused: Record<string, string>): ReviewFile[] {
+  const kept = new Set(before.flatMap((f) => f.hunks.filter((h) => h.kept).map((h) => `${f.path}\0${h.lines.join('\n')}`)));
+  const files: ReviewFile[] = (Array.isArray(listed) ? listed : []).filter((f) => f && typeof f.path === 'string').map((f) => ({
+    path: f.path,
+    status: String(f.status ?? 'modified'),
+    binary: f.binary === true,
+    hunks: (Array.isArray(f.hunks) ? f.hunks : []).map((h) => ({
+      index: Number(h.index), header: String(h.header ?? ''), lines: Array.isArray(h.lines) ? h.lines.map(String) : [],
+      digest: String(h.digest ?? ''),
+      kept: kept.has(`${f.path}\0${(Array.isArray(h.lines) ? h.lines : []).join('\n')}`),
+    })),
+    refused: refused[f.path] ?? null,
+  }));
+  // a refused file the listing no longer holds still says why
+  for (const [path, why] of Object.entries(refused)) {
+    if (!files.some((f) => f.path === path)) files.push({ path, status: 'modified', binary: false, hunks: [], refused: why });
+  }
+  return files;
+}
+
+function staleReviews(d: Draft, s: SessionState): void {
+  s.items.forEach((item, index) => {
+    if (item.type === 'review' && !item.stale) d.change<ReviewItem>(s, index, { stale: true });
+  });
 }
 
 function firstLine(text: string): string {

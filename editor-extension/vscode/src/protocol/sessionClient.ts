@@ -9,17 +9,20 @@
  *   client.onDidChange((state) => render(state));
  *   await client.prompt('rename foo to bar');       // creates the session on first use
  *   client.answerPermission(requestId, 'allow_once');   // with the person's text, if they edited the proposal
+ *   await client.reviewChanges(itemId);             // a turn that changed files: list its hunks
+ *   await client.reviewHunks(itemId, 'undo', [{path: 'a.py', index: 1}]);   // then lists them again
  *
  * No `vscode` import: this module runs in plain Node.
  */
 
 import {
-  ChatAction, ChatState, currentSession, initialState, pendingPermissions, PermissionAnswer, reduce, revisableDiff, ServerStatus,
+  ChatAction, ChatState, currentSession, initialState, pendingPermissions, PermissionAnswer, reduce, ReviewItem, revisableDiff,
+  ServerStatus,
 } from './chatState';
 import {
   ContentBlock, DiffContent, IsolationStatus, METHODS, ModeId, NewSessionResult, PromptResult, ProtocolDiagnostic,
-  RequestPermissionParams, RequestPermissionResponse, RewindResult, SERVER_COMMANDS, SessionInfo, SessionModes,
-  SessionNotification,
+  HunkPick, RequestPermissionParams, RequestPermissionResponse, ReviewHunksResult, RewindResult, SERVER_COMMANDS, SessionInfo,
+  SessionModes, SessionNotification, TurnChangesResult,
 } from './types';
 
 export interface Disposable {
@@ -311,7 +314,8 @@ export class SessionClient {
     try {
       const result = await this.request<PromptResult>(METHODS.prompt, { sessionId: id, prompt: blocks });
       this.settleSession(id, 'the turn ended');
-      this.dispatch({ type: 'turnEnded', sessionId: id, stopReason: result?.stopReason ?? 'end_turn' });
+      this.dispatch({ type: 'turnEnded', sessionId: id, stopReason: result?.stopReason ?? 'end_turn',
+        checkpoint: result?._meta?.composer?.checkpoint ?? null });
       return result;
     } catch (err) {
       this.settleSession(id, 'the turn failed');
@@ -334,8 +338,84 @@ export class SessionClient {
     const id = sessionId ?? this.current.currentId;
     if (!id) throw new Error('There is no session to undo');
     const result = await this.request<RewindResult>(METHODS.rewind, { sessionId: id });
+    this.dispatch({ type: 'reviewStale', sessionId: id });
     this.dispatch({ type: 'notice', sessionId: id, level: 'info', text: 'Undid the last turn: the workspace is back where it was before it.' });
     return result;
+  }
+
+  // ---- reviewing a turn's changes hunk by hunk ------------------------------------------------
+
+  /** The review item `itemId` of the current session, while it still describes the last turn
+   * (else the reason is shown on it, and thrown). */
+  private review(itemId: string): { sessionId: string; item: ReviewItem } {
+    const s = currentSession(this.current);
+    const item = s?.items.find((i) => i.id === itemId);
+    if (!s || !item || item.type !== 'review') throw new Error('There are no changes to review here');
+    const refuse = (message: string): never => {
+      this.dispatch({ type: 'reviewFailed', sessionId: s.id, itemId, message });
+      throw new Error(message);
+    };
+    if (item.stale) refuse('These changes are from an earlier turn: review the last one');
+    if (s.running || s.loading) refuse('Wait for the turn to end before reviewing its changes');
+    return { sessionId: s.id, item };
+  }
+
+  /** Lists the changes of review item `itemId`'s turn, file by file, hunk by hunk
+   * (composer/turnChanges); a failure is shown on the item, and thrown. */
+  async reviewChanges(itemId: string): Promise<TurnChangesResult> {
+    const { sessionId, item } = this.review(itemId);
+    this.dispatch({ type: 'reviewBusy', sessionId, itemId });
+    return this.reviewing(sessionId, itemId, () => this.list(sessionId, item, {}));
+  }
+
+  private async list(sessionId: string, item: ReviewItem, refused: Record<string, string>): Promise<TurnChangesResult> {
+    const listed = await this.request<TurnChangesResult>(METHODS.turnChanges, { sessionId, checkpointId: item.checkpointId });
+    this.dispatch({ type: 'reviewListed', sessionId, itemId: item.id, files: listed?.files ?? [], refused });
+    return listed;
+  }
+
+  /** Undoes or keeps hunks of the latest listing of review item `itemId` (composer/reviewHunks,
+   * with each hunk's index and digest). After an undo the changes are listed again: the indices
+   * below an undone hunk shift. Kept hunks are marked kept; files the server refused say why. */
+  async reviewHunks(itemId: string, verdict: 'undo' | 'keep', hunks: { path: string; index: number }[]): Promise<ReviewHunksResult> {
+    const { sessionId, item } = this.review(itemId);
+    const picks: HunkPick[] = [];
+    for (const { path, index } of hunks) {
+      const hunk = item.files.find((f) => f.path === path)?.hunks.find((h) => h.index === index);
+      if (hunk) picks.push({ path, index, digest: hunk.digest });
+    }
+    if (!picks.length) {
+      const message = 'That change is no longer listed: review the changes again';
+      this.dispatch({ type: 'reviewFailed', sessionId, itemId, message });
+      throw new Error(message);
+    }
+    this.dispatch({ type: 'reviewBusy', sessionId, itemId });
+    return this.reviewing(sessionId, itemId, async () => {
+      const result = await this.request<ReviewHunksResult>(METHODS.reviewHunks,
+        { sessionId, checkpointId: item.checkpointId, [verdict]: picks });
+      const refused = result?.refused && typeof result.refused === 'object' ? result.refused : {};
+      for (const [path, why] of Object.entries(refused)) this.log('warn', `composer/reviewHunks refused ${path}: ${why}`);
+      if (verdict === 'keep') this.dispatch({ type: 'reviewKept', sessionId, itemId, kept: picks, refused });
+      // an undo shifts what follows it; a refused file changed since it was listed
+      if (verdict === 'undo' || Object.keys(refused).length) await this.list(sessionId, this.review(itemId).item, refused);
+      return result;
+    });
+  }
+
+  /** Keeps every hunk of review item `itemId` not yet kept. */
+  keepAll(itemId: string): Promise<ReviewHunksResult> {
+    const { item } = this.review(itemId);
+    const hunks = item.files.flatMap((f) => f.hunks.filter((h) => !h.kept).map((h) => ({ path: f.path, index: h.index })));
+    return this.reviewHunks(itemId, 'keep', hunks);
+  }
+
+  private async reviewing<T>(sessionId: string, itemId: string, run: () => Promise<T>): Promise<T> {
+    try {
+      return await run();
+    } catch (err) {
+      this.dispatch({ type: 'reviewFailed', sessionId, itemId, message: errorMessage(err) });
+      throw err;
+    }
   }
 
   /** Asks the server to fix a diagnostic (its `composer.fixDiagnostic` command): a new session,
@@ -356,7 +436,8 @@ export class SessionClient {
       const r = result as unknown as { sessionId?: string; stopReason?: string } | null;
       if (r && typeof r.sessionId === 'string' && this.current.sessions[r.sessionId]) {
         this.settleSession(r.sessionId, 'the turn ended');
-        this.dispatch({ type: 'turnEnded', sessionId: r.sessionId, stopReason: r.stopReason ?? 'end_turn' });
+        const checkpoint = (result as unknown as PromptResult)?._meta?.composer?.checkpoint ?? null;
+        this.dispatch({ type: 'turnEnded', sessionId: r.sessionId, stopReason: r.stopReason ?? 'end_turn', checkpoint });
       }
       return result;
     } finally {

@@ -1,6 +1,6 @@
 /* The session protocol composer-lsp speaks next to LSP: ACP v1's payloads (camelCase keys,
  * `_meta` for vendor data) on the methods session/new, /load, /list, /prompt, /set_mode, /cancel,
- * /close, composer/rewind, the notification session/update and the server's request
+ * /close, composer/rewind, composer/turnChanges, composer/reviewHunks, the notification session/update and the server's request
  * session/request_permission. See the repository's README, "The language server".
  *
  * Types only, and no `vscode` import: this layer runs in Node tests as well as in the extension.
@@ -142,6 +142,47 @@ export interface RewindResult {
   backupCheckpointId?: string | null;
 }
 
+/** One hunk of `composer/turnChanges`: unified-diff lines (" ctx", "-old", "+new") of the file at
+ * the checkpoint against the file now. Picks name it by `index` AND `digest` of the latest listing. */
+export interface TurnHunk {
+  index: number;
+  /** "@@ -a,b +c,d @@" (1-based starts). */
+  header: string;
+  lines: string[];
+  digest: string;
+}
+
+export interface TurnFileChanges {
+  /** Relative to the session's workspace. */
+  path: string;
+  status: 'added' | 'modified' | 'deleted' | (string & {});
+  /** Binary or too large: listed without hunks (only a whole-turn rewind restores it). */
+  binary: boolean;
+  hunks: TurnHunk[];
+}
+
+/** `composer/turnChanges {sessionId, checkpointId?}`: the changes since the checkpoint taken before
+ * the last turn's first change (or `checkpointId`'s). */
+export interface TurnChangesResult {
+  checkpointId: string;
+  files: TurnFileChanges[];
+}
+
+export interface HunkPick {
+  path: string;
+  index: number;
+  digest: string;
+}
+
+/** `composer/reviewHunks {sessionId, checkpointId?, undo?, keep?}`: `refused` maps a path to why it
+ * was left untouched (it changed since it was listed: list again). */
+export interface ReviewHunksResult {
+  undone: { path: string; index: number }[];
+  refused: Record<string, string>;
+  /** composer/rewind {sessionId, checkpointId: backupCheckpointId} undoes the undo. */
+  backupCheckpointId: string | null;
+}
+
 /** The LSP Diagnostic as `composer.fixDiagnostic` takes it (protocol positions, 0-based). */
 export interface ProtocolDiagnostic {
   range: { start: { line: number; character: number }; end: { line: number; character: number } };
@@ -172,6 +213,8 @@ export const METHODS = {
   cancel: 'session/cancel',
   close: 'session/close',
   rewind: 'composer/rewind',
+  turnChanges: 'composer/turnChanges',
+  reviewHunks: 'composer/reviewHunks',
   isolation: 'composer/isolation',
   update: 'session/update',
   requestPermission: 'session/request_permission',

@@ -6,7 +6,7 @@
  * webview -> extension: `FromView` (checked by viewMessages.ts before anything is done with it).
  */
 
-import type { DiffModel } from './diff';
+import type { DiffLine, DiffModel } from './diff';
 
 export interface ViewOption {
   optionId: string;
@@ -37,6 +37,39 @@ export type ViewOutput =
   | { type: 'text'; text: string; lines: number; open: boolean }
   | { type: 'diff'; index: number; diff: DiffModel };
 
+export interface ViewReviewHunk {
+  index: number;
+  header: string;
+  /** The new side's first changed line (1-based): where opening the file puts the cursor. */
+  line: number;
+  lines: DiffLine[];
+  kept: boolean;
+  /** For screen readers: "config.py, lines 15 to 21". */
+  label: string;
+}
+
+export interface ViewReviewFile {
+  path: string;
+  displayPath: string;
+  /** The file on disk to open; null when the change deleted it. */
+  absPath: string | null;
+  status: string;
+  binary: boolean;
+  refused: string | null;
+  hunks: ViewReviewHunk[];
+}
+
+export interface ViewReview {
+  id: string; rev: number; type: 'review';
+  /** closed: only "Review changes"; open: the listing; stale: an earlier turn's, no buttons. */
+  state: 'closed' | 'open' | 'stale';
+  busy: boolean;
+  error: string | null;
+  files: ViewReviewFile[];
+  /** Some listed hunk is neither kept nor undone yet. */
+  canKeepAll: boolean;
+}
+
 export type ViewItem =
   | { id: string; rev: number; type: 'message'; role: 'user' | 'agent' | 'thought'; label: string; text: string }
   | { id: string; rev: number; type: 'notice'; level: 'info' | 'error'; text: string }
@@ -44,7 +77,8 @@ export type ViewItem =
       id: string; rev: number; type: 'tool'; title: string; kind: string; icon: string; kindLabel: string;
       status: string; statusLabel: string; locations: { label: string; path: string; line?: number }[];
       outputs: ViewOutput[]; input: string | null; error: string | null; permission: ViewPermission | null;
-    };
+    }
+  | ViewReview;
 
 export interface ViewHeader {
   server: { status: 'stopped' | 'starting' | 'running' | 'failed'; message: string | null };
@@ -77,4 +111,7 @@ export type FromView =
   | { type: 'setMode'; modeId: string }
   | { type: 'answer'; requestId: number; optionId: string }
   | { type: 'openDiff'; itemId: string; index: number; source: 'permission' | 'output' }
-  | { type: 'openLocation'; path: string; line?: number };
+  | { type: 'openLocation'; path: string; line?: number }
+  | { type: 'reviewChanges'; itemId: string }
+  | { type: 'reviewHunk'; itemId: string; path: string; index: number; verdict: 'undo' | 'keep' }
+  | { type: 'keepAll'; itemId: string };

@@ -45,6 +45,11 @@ export function parseFromView(raw: unknown): FromView | null {
     case 'openLocation':
       return isString(m.path) && (m.line === undefined || Number.isInteger(m.line))
         ? { type: 'openLocation', path: m.path, line: m.line as number | undefined } : null;
+    case 'reviewChanges': case 'keepAll':
+      return isString(m.itemId) ? { type: m.type, itemId: m.itemId } : null;
+    case 'reviewHunk':
+      return isString(m.itemId) && isString(m.path) && Number.isInteger(m.index) && (m.verdict === 'undo' || m.verdict === 'keep')
+        ? { type: 'reviewHunk', itemId: m.itemId, path: m.path, index: m.index as number, verdict: m.verdict } : null;
     default:
       return null;
   }
@@ -99,5 +104,22 @@ async function run(m: FromView, client: SessionClient, host: ViewHost): Promise<
     }
     case 'openLocation':
       return host.openLocation(m.path, m.line);
+    case 'reviewChanges':
+      return onReviewCard(client, m.itemId, () => client.reviewChanges(m.itemId));
+    case 'reviewHunk':
+      return onReviewCard(client, m.itemId, () => client.reviewHunks(m.itemId, m.verdict, [{ path: m.path, index: m.index }]));
+    case 'keepAll':
+      return onReviewCard(client, m.itemId, () => client.keepAll(m.itemId));
+  }
+}
+
+/** Runs a review request; what fails is shown on its card (ReviewItem.error), else thrown. */
+async function onReviewCard(client: SessionClient, itemId: string, request: () => Promise<unknown>): Promise<void> {
+  try {
+    await request();
+  } catch (err) {
+    const item = currentSession(client.state)?.items.find((i) => i.id === itemId);
+    if (item?.type === 'review' && item.error) return;
+    throw err;
   }
 }

@@ -8,10 +8,10 @@
  * No `vscode` import.
  */
 
-import { ChatItem, ChatState, currentSession, pendingPermissions, PermissionState, SessionState, ToolItem } from './chatState';
-import { diffModel, relativePath } from './diff';
+import { ChatItem, ChatState, currentSession, pendingPermissions, PermissionState, ReviewItem, SessionState, ToolItem } from './chatState';
+import { DiffLine, diffModel, relativePath } from './diff';
 import type { DiffContent, ToolCallContent } from './types';
-import type { ToView, ViewHeader, ViewItem, ViewOutput, ViewPermission } from './view';
+import type { ToView, ViewHeader, ViewItem, ViewOutput, ViewPermission, ViewReview, ViewReviewHunk } from './view';
 
 export const KINDS: Record<string, [string, string]> = {
   read: ['\u2261', 'read'], edit: ['\u270E', 'edit'], delete: ['\u2716', 'delete'], move: ['\u21C4', 'move'],
@@ -82,7 +82,47 @@ function toolError(t: ToolItem): string | null {
   return out && out.error !== undefined ? String(out.error) : null;
 }
 
+/** "@@ -a,b +c,d @@" -> c, d (1-based start and length of the new side). */
+function newSide(header: string): [number, number] {
+  const m = /\+(\d+)(?:,(\d+))?/.exec(header);
+  return m ? [Number(m[1]), m[2] === undefined ? 1 : Number(m[2])] : [1, 0];
+}
+
+export function reviewHunkView(path: string, h: { index: number; header: string; lines: string[]; kept: boolean }): ViewReviewHunk {
+  const lines: DiffLine[] = h.lines.map((l) => {
+    const op = l[0];
+    return op === '+' || op === '-' ? { op, text: l.slice(1) } : { op: ' ', text: op === ' ' ? l.slice(1) : l };
+  });
+  const [start, count] = newSide(h.header);
+  const lead = lines.findIndex((l) => l.op !== ' ');
+  const line = Math.max(1, start + Math.max(0, lead));
+  const last = Math.max(start, start + count - 1);
+  const label = count > 1 ? `${path}, lines ${start} to ${last}` : `${path}, line ${Math.max(1, start)}`;
+  return { index: h.index, header: h.header, line, lines, kept: h.kept, label };
+}
+
+function joinRoot(root: string | null, rel: string): string | null {
+  if (/^([a-zA-Z]:)?[\\/]/.test(rel)) return rel;
+  return root ? `${root.replace(/[\\/]+$/, '')}/${rel}` : null;
+}
+
+export function reviewView(item: ReviewItem, root: string | null): ViewReview {
+  return {
+    id: item.id, rev: item.rev, type: 'review',
+    state: item.stale ? 'stale' : item.phase,
+    busy: item.busy,
+    error: item.error,
+    files: item.files.map((f) => ({
+      path: f.path, displayPath: f.path, status: f.status, binary: f.binary, refused: f.refused,
+      absPath: f.status === 'deleted' ? null : joinRoot(root, f.path),
+      hunks: f.hunks.map((h) => reviewHunkView(f.path, h)),
+    })),
+    canKeepAll: !item.stale && item.files.some((f) => f.hunks.some((h) => !h.kept)),
+  };
+}
+
 export function toViewItem(item: ChatItem, root: string | null): ViewItem {
+  if (item.type === 'review') return reviewView(item, root);
   if (item.type === 'message') {
     const label = item.role === 'user' ? 'You' : item.role === 'agent' ? 'Composer' : 'Thinking';
     return { id: item.id, rev: item.rev, type: 'message', role: item.role, label, text: item.text };

@@ -5,7 +5,9 @@
  * Model and tool text only ever reaches the page as text nodes (textContent), never as HTML.
  */
 
-import type { FromView, ToView, ViewHeader, ViewItem, ViewOutput, ViewPermission } from '../protocol/view';
+import type {
+  FromView, ToView, ViewHeader, ViewItem, ViewOutput, ViewPermission, ViewReview, ViewReviewFile, ViewReviewHunk,
+} from '../protocol/view';
 import type { DiffModel } from '../protocol/diff';
 
 type Attrs = Record<string, string | number | boolean | null | undefined | ((e: Event) => void)>;
@@ -158,6 +160,7 @@ function paintItem(item: ViewItem, post: (m: FromView) => void): HTMLElement {
       el('div', { class: 'role', text: item.label }), el('div', { class: 'body' }, ...renderText(item.text)));
   }
   if (item.type === 'notice') return el('div', { class: `notice ${item.level}`, 'data-id': item.id, 'data-testid': 'notice' }, item.text);
+  if (item.type === 'review') return paintReview(item, post);
   const card = el('div', { class: 'tool', 'data-id': item.id, 'data-status': item.status, 'data-kind': item.kind, 'data-testid': 'tool' },
     el('div', { class: 'tool-head' }, el('span', { class: 'tool-kind', title: item.kindLabel }, item.icon, ' ', item.kindLabel),
       el('span', { class: 'tool-title', text: item.title }),
@@ -226,6 +229,72 @@ function paintPermission(itemId: string, p: ViewPermission, post: (m: FromView) 
   }
   card.append(actions);
   return card;
+}
+
+const FILE_STATUS: Record<string, string> = { added: 'new file', deleted: 'deleted', modified: 'changed' };
+
+/** A turn's changes: "Review changes", then each file's hunks with Undo / Keep, and Keep all. */
+function paintReview(r: ViewReview, post: (m: FromView) => void): HTMLElement {
+  const live = r.state === 'open' && !r.busy;
+  const card = el('div', { class: 'review', 'data-id': r.id, 'data-state': r.state, 'data-testid': 'review', role: 'group',
+    'aria-label': 'Changes of the turn', 'aria-busy': r.busy ? 'true' : null });
+  const head = el('div', { class: 'review-head' }, el('strong', { text: r.state === 'open' ? 'Changes of this turn' : 'This turn changed files.' }));
+  if (r.state === 'closed') {
+    head.append(el('button', { class: 'primary', 'data-testid': 'review-changes', disabled: r.busy,
+      title: 'List this turn\'s changes, to keep or undo each one', onclick: () => post({ type: 'reviewChanges', itemId: r.id }) },
+    r.busy ? 'Listing\u2026' : 'Review changes'));
+  } else if (r.state === 'open' && r.canKeepAll) {
+    head.append(el('button', { 'data-testid': 'review-keep-all', disabled: !live, title: 'Keep every change not yet kept or undone',
+      onclick: () => post({ type: 'keepAll', itemId: r.id }) }, 'Keep all'));
+  }
+  card.append(head);
+  if (r.state === 'stale') {
+    card.append(el('div', { class: 'muted', text: 'A later turn or an undo changed the workspace since: review the last turn instead.' }));
+  }
+  if (r.error) card.append(el('div', { class: 'review-error', role: 'alert', 'data-testid': 'review-error', text: r.error }));
+  if (r.state === 'open' && !r.files.length) {
+    card.append(el('div', { class: 'muted', 'data-testid': 'review-empty', text: 'No changes left: the files are as they were before the turn.' }));
+  }
+  if (r.state !== 'closed') for (const f of r.files) card.append(paintReviewFile(r, f, live, post));
+  return card;
+}
+
+function paintReviewFile(r: ViewReview, f: ViewReviewFile, live: boolean, post: (m: FromView) => void): HTMLElement {
+  const open = (line: number) => (e: Event) => {
+    e.preventDefault();
+    if (f.absPath) post({ type: 'openLocation', path: f.absPath, line });
+  };
+  const name = (text: string, line: number, label: string) => (f.absPath
+    ? el('button', { class: 'link review-path', title: `Open ${f.displayPath} at line ${line}`, 'aria-label': `Open ${label}`,
+      'data-testid': 'review-open', onclick: open(line) }, text)
+    : el('span', { class: 'review-path', text }));
+  const box = el('div', { class: 'review-file', 'data-path': f.path, 'data-testid': 'review-file' },
+    el('div', { class: 'review-file-head' }, name(f.displayPath, f.hunks[0]?.line ?? 1, f.displayPath),
+      el('span', { class: 'diff-tag', text: ` ${FILE_STATUS[f.status] ?? f.status}` })));
+  if (f.refused) box.append(el('div', { class: 'warning', role: 'note', 'data-testid': 'review-refused', text: `Left untouched: ${f.refused}` }));
+  if (f.binary) box.append(el('div', { class: 'muted', text: 'Binary or too large to show: only Undo last turn restores it.' }));
+  for (const h of f.hunks) box.append(paintReviewHunk(r, f, h, live, name, post));
+  return box;
+}
+
+function paintReviewHunk(r: ViewReview, f: ViewReviewFile, h: ViewReviewHunk, live: boolean,
+  name: (text: string, line: number, label: string) => HTMLElement, post: (m: FromView) => void): HTMLElement {
+  const verdict = (v: 'undo' | 'keep') => () => post({ type: 'reviewHunk', itemId: r.id, path: f.path, index: h.index, verdict: v });
+  const actions = el('span', { class: 'review-actions' });
+  if (h.kept) actions.append(el('span', { class: 'review-kept', 'data-testid': 'review-kept', text: 'Kept' }));
+  else if (r.state === 'open') {
+    actions.append(
+      el('button', { class: 'danger', 'data-testid': 'review-undo', disabled: !live, 'aria-label': `Undo the change to ${h.label}`,
+        title: 'Put these lines back as they were before the turn', onclick: verdict('undo') }, 'Undo'),
+      el('button', { class: 'primary', 'data-testid': 'review-keep', disabled: !live, 'aria-label': `Keep the change to ${h.label}`,
+        onclick: verdict('keep') }, 'Keep'));
+  }
+  const pre = el('pre', { class: 'diff-lines' });
+  for (const l of h.lines) pre.append(el('span', { class: `line ${l.op === '+' ? 'add' : l.op === '-' ? 'del' : 'ctx'}`, text: l.op + l.text }));
+  return el('div', { class: 'review-hunk', 'data-index': h.index, 'data-kept': h.kept ? 'true' : 'false', 'data-testid': 'review-hunk',
+    role: 'group', 'aria-label': `Change to ${h.label}` },
+  el('div', { class: 'review-hunk-head' }, name(`${f.displayPath}:${h.line}`, h.line, h.label),
+    el('span', { class: 'review-header', text: h.header }), actions), pre);
 }
 
 // ---- bootstrap inside VS Code -------------------------------------------------------------------

@@ -108,3 +108,20 @@ export function terminalPermissionParams(sessionId: string, command = 'make all'
     options: OPTIONS.filter((o) => o.kind !== 'allow_always'),
   };
 }
+
+/** The checkpoint a turn that changed files reports (`_meta.composer.checkpoint`). */
+export const CHECKPOINT = 'cp1';
+
+/** composer/turnChanges hunks of config.py, 20 lines `value_i = i`: value_1 and value_17 changed. */
+export const HUNK_0 = { index: 0, header: '@@ -1,5 +1,5 @@', digest: 'd0',
+  lines: [' value_0 = 0', '-value_1 = 1', '+value_1 = 100', ' value_2 = 2', ' value_3 = 3', ' value_4 = 4'] };
+export const HUNK_1 = { index: 1, header: '@@ -15,6 +15,6 @@', digest: 'd1',
+  lines: [' value_14 = 14', ' value_15 = 15', ' value_16 = 16', '-value_17 = 17', '+value_17 = 1700', ' value_18 = 18', ' value_19 = 19'] };
+
+export const TURN_CHANGES = {
+  checkpointId: CHECKPOINT,
+  files: [
+    { path: 'config.py', status: 'modified', binary: false, hunks: [HUNK_0, HUNK_1] },
+    { path: 'logo.png', status: 'added', binary: true, hunks: [] },
+  ],
+};
