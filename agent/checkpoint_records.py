@@ -1,5 +1,6 @@
 """What the checkpoint store (agent/checkpoints.py) hands back: a checkpoint's record, the paths
-that differ between two trees, and what a restore or a prune did."""
+that differ between two trees, one path as a checkpoint holds it, and what a restore or a prune
+did."""
 
 from __future__ import annotations
 
@@ -56,3 +57,12 @@ class PruneResult:
     objects: int
     bytes: int
     """Checkpoints deleted, objects deleted and the bytes they held."""
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    kind: str
+    """f (file), l (symlink), d (directory)."""
+    mode: int
+    data: bytes | None
+    """A regular file's bytes; None for links, directories and files recorded without contents."""

@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from agent.checkpoint_records import Changes, Checkpoint, PruneResult, RestoreResult
+from agent.checkpoint_records import Changes, Checkpoint, PruneResult, RestoreResult, StoredFile
 from agent.object_store import CheckpointCorrupt, CheckpointError, ObjectStore
 from agent.store_lock import StoreLock, process_lock
 from agent.textfile import atomic_write
@@ -218,9 +218,9 @@ class CheckpointStore:
         with self._lock, self._store_lock.shared():
             return _changes(self._diff_trees(self.get(a).root, self._root_of(b)))
 
-    def file_bytes(self, checkpoint_id: str, path: str) -> bytes | None:
-        """The bytes file `path` (relative, "/"-separated) held in the checkpoint; None when it
-        held no regular file there, or one recorded without contents (too large)."""
+    def stored_file(self, checkpoint_id: str, path: str) -> StoredFile | None:
+        """What the checkpoint held at `path` (relative, "/"-separated): its kind, mode and, for a
+        regular file recorded with contents, its bytes; None when it held nothing there."""
         with self._lock, self._store_lock.shared():
             digest, (*folders, name) = self.get(checkpoint_id).root, path.split("/")
             for folder in folders:
@@ -229,7 +229,10 @@ class CheckpointStore:
                     return None
                 digest = entry.ref
             entry = self._tree(digest).get(name)
-            return self._objects.read(entry.ref) if entry is not None and entry.kind == "f" and entry.ref else None
+            if entry is None:
+                return None
+            data = self._objects.read(entry.ref) if entry.kind == "f" and entry.ref else None
+            return StoredFile(entry.kind, entry.mode, data)
 
     def unified_diff(self, a: str, b: str | None = None, context: int = 3) -> str:
         """A git-style unified diff of the files changed from `a` to `b` (default: now)."""

@@ -28,6 +28,7 @@ from typing import Any
 from agent.exceptions import WorkspaceError
 from agent.tools.base import ToolContext, ToolResult
 from agent.tools.files import apply_and_report, unified_diff
+from agent.unidiff import equal_ends
 
 
 @dataclass(frozen=True)
@@ -99,12 +100,7 @@ def _changes(base: list[str], other: list[str]) -> list[tuple[int, int, list[str
     replacement. The equal head and tail are cut first and difflib's heuristic for frequent
     lines is on, so a big file with a few changes diffs in well under a second (any valid diff
     merges correctly; a less tight one only clashes more often)."""
-    head = 0
-    while head < min(len(base), len(other)) and base[head] == other[head]:
-        head += 1
-    tail = 0
-    while tail < min(len(base), len(other)) - head and base[-1 - tail] == other[-1 - tail]:
-        tail += 1
+    head, tail = equal_ends(base, other)
     a, b = base[head:len(base) - tail], other[head:len(other) - tail]
     return [(head + i1, head + i2, b[j1:j2])
             for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b).get_opcodes() if tag != "equal"]

@@ -50,7 +50,7 @@ from agent.tools.lints import ReadLints
 from agent.tools.search import Glob, Grep, ListDir
 from agent.tools.terminal import RunTerminal
 from agent.tools.todo import TodoWrite
-from agent.turn_review import FileHunks, Pick, UndoResult, turn_changes, undo_hunks
+from agent.turn_review import FileHunks, Pick, UndoResult, apply_review, plan_review, turn_changes
 from agent.workspace import Workspace
 
 logger = logging.getLogger(__name__)
@@ -168,8 +168,9 @@ class Session:
         self.checkpoints = checkpoints
         self.id = log.session_id
         self._turn: asyncio.Task | None = None
-        self.rewinding = False
-        """A restore is running: prompts and other restores wait for it to end."""
+        self.changing: str | None = None
+        """What the person asked to change the workspace with while it runs ("a rewind", "an undo
+        of changes"): prompts, rewinds and undos are refused until it ends."""
 
     @classmethod
     async def create(
@@ -256,8 +257,8 @@ class Session:
         """Runs one turn; a second prompt while one runs is refused (ACP allows one at a time)."""
         if self._turn is not None and not self._turn.done():
             raise RuntimeError("a prompt is already running in this session; cancel it first")
-        if self.rewinding:
-            raise RuntimeError("a rewind is running in this session; prompt again when it is done")
+        if self.changing:
+            raise RuntimeError(f"{self.changing} is running in this session; prompt again when it is done")
         self._turn = asyncio.ensure_future(self.agent.run_turn(text))
         try:
             result = await asyncio.shield(self._turn)
@@ -276,7 +277,7 @@ class Session:
         server's other sessions go on); refused while a turn runs, whose tools would write on, and
         a prompt is refused while it runs."""
         self._require_idle("rewinding")
-        self.rewinding = True
+        self.changing = "a rewind"
         restoring = asyncio.ensure_future(self.checkpoints.arestore(checkpoint_id))
         try:
             await asyncio.shield(restoring)
@@ -286,7 +287,7 @@ class Session:
                 self._log_restore(checkpoint_id)
             raise
         finally:
-            self.rewinding = False
+            self.changing = None
         self._log_restore(checkpoint_id)
         return restoring.result()
 
@@ -296,8 +297,8 @@ class Session:
             raise RuntimeError("checkpoints are off in this session")
         if self._turn is not None and not self._turn.done():
             raise RuntimeError(f"a turn is running in this session; cancel it before {doing}")
-        if self.rewinding:
-            raise RuntimeError("a rewind is running in this session; try again when it is done")
+        if self.changing:
+            raise RuntimeError(f"{self.changing} is running in this session; try again when it is done")
 
     async def turn_changes(self, checkpoint_id: str | None = None) -> tuple[str, list[FileHunks]]:
         """The changes since `checkpoint_id` (default: before the last turn's first change), hunk
@@ -310,11 +311,20 @@ class Session:
                            checkpoint_id: str | None = None) -> tuple[UndoResult, str | None]:
         """Undoes the `undo` hunks (after a backup checkpoint, returned, that undoes the undo) and
         logs the person's verdict on each hunk undone or kept, with its edit_accepted outcome."""
+        both = {(p.path, p.index) for p in undo} & {(p.path, p.index) for p in keep}
+        if both:
+            raise RuntimeError(f"a change cannot be both undone and kept: {sorted(both)}")
         self._require_idle("undoing changes")
         checkpoint = self._review_checkpoint(checkpoint_id)
-        backup = (await self.checkpoints.acreate(f"before undoing {len(undo)} changes")).id if undo else None
-        result = await undo_hunks(self.checkpoints, checkpoint, self.workspace, undo)
-        for pick, accepted in [*((p, False) for p in result.undone), *((p, True) for p in keep)]:
+        self.changing = "an undo of changes"
+        try:
+            plan = await asyncio.to_thread(plan_review, self.checkpoints, checkpoint, self.workspace, undo, keep)
+            backup = (await self.checkpoints.acreate(f"before undoing {len(plan.writes)} files' changes")).id \
+                if plan.writes else None
+            result = await apply_review(self.workspace, plan)
+        finally:
+            self.changing = None
+        for pick, accepted in [*((p, False) for p in result.undone), *((p, True) for p in result.kept)]:
             self.log.write("edit_review", path=pick.path, hunk=pick.index, accepted=accepted, by="user")
             self.log.write("outcome", signal="edit_accepted", value=accepted, reward=1.0 if accepted else -1.0,
                            source="editor", path=pick.path, detail={"hunk": pick.index})

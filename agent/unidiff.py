@@ -1,6 +1,7 @@
 """Reading git-style unified diffs (the checkpoints' `final_diff`, training/envs' tree diffs, a
 task's `test_patch`): which files a diff touches, its hunks, and the diff with some files left
-out. Pure functions over the text; nothing is applied.
+out; and `equal_ends`, the part of two texts a diff need not look at. Pure functions over the
+text; nothing is applied.
 
     files = parse_diff(text)          # [FileDiff(path="a.py", old_path="a.py", hunks=[...]), ...]
     touched_paths(text)               # {"a.py", "tests/test_a.py"}
@@ -104,6 +105,18 @@ def _parse_section(lines: list[str]) -> FileDiff:
         elif hunk is not None and line == "":
             hunk.lines.append(" ")  # an empty context line whose space an editor trimmed
     return fd
+
+
+def equal_ends(old: list, new: list) -> tuple[int, int]:
+    """How many lines two versions share at their start, then at their end (never overlapping):
+    what lies between is all a diff has to compare, a few lines when a big file changed a little."""
+    head = 0
+    while head < min(len(old), len(new)) and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    return head, tail
 
 
 def parse_diff(text: str) -> list[FileDiff]:

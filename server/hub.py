@@ -245,8 +245,8 @@ class SessionHub:
         running = self._turns.get(session.id)
         if running is not None and not running.done():
             raise RequestError(f"session {session.id} is already answering a prompt; cancel it first")
-        if session.rewinding:
-            raise RequestError(f"session {session.id} is rewinding; prompt again when it is done")
+        if session.changing:
+            raise RequestError(f"session {session.id} is busy with {session.changing}; prompt again when it is done")
         task = asyncio.ensure_future(session.prompt(text))
         self._turns[session.id] = task
         try:
@@ -355,7 +355,10 @@ def _picks(items: list[Any], name: str) -> list[Pick]:
     for i, item in enumerate(items):
         where = f"params.{name}[{i}]"
         try:
-            picks.append(Pick(_field(item, "path", str), _field(item, "index", int), _field(item, "digest", str)))
+            index = _field(item, "index", int)
+            if isinstance(index, bool):
+                raise RequestError("params.index must be an integer, got bool")
+            picks.append(Pick(_field(item, "path", str), index, _field(item, "digest", str)))
         except RequestError as err:
             raise RequestError(f"{where}: {err}") from None
     return picks

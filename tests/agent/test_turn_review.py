@@ -1,15 +1,20 @@
 """Keeping or undoing a turn's changes hunk by hunk (agent/turn_review.py): the picked hunks go
 back to the checkpoint's lines, everything else (other hunks, the person's later edits) stays;
 a stale pick leaves its file alone; created files go, deleted ones come back; binary files are
-listed without hunks; line breaks survive."""
+listed without hunks; line breaks, encodings and modes survive; a kept pick is checked too."""
 
 from __future__ import annotations
 
 import pytest
 
 from agent.checkpoints import CheckpointStore
-from agent.turn_review import Pick, turn_changes, undo_hunks
+from agent.turn_review import Pick, apply_review, plan_review, turn_changes
 from agent.workspace import Workspace
+
+
+async def undo_hunks(store, checkpoint, ws, undo, keep=()):
+    return await apply_review(ws, plan_review(store, checkpoint, ws, undo, keep))
+
 
 TOP = "".join(f"line {i}\n" for i in range(1, 21))
 
@@ -87,3 +92,62 @@ async def test_a_crlf_file_keeps_its_line_breaks(tmp_path):
     files = turn_changes(store, checkpoint, ws)
     await undo_hunks(store, checkpoint, ws, [_pick(files, "win.txt", 0)])
     assert (tmp_path / "win.txt").read_bytes() == b"a\r\nb\r\nc\r\n" + b"x\r\n" * 10 + b"Y\r\n"
+
+
+async def test_a_deleted_file_comes_back_byte_for_byte_with_its_mode(tmp_path):
+    data = "caf\u00e9\r\nbar\r\n".encode("latin-1")
+    (tmp_path / "run.sh").write_bytes(data)
+    (tmp_path / "run.sh").chmod(0o755)
+    store = CheckpointStore(tmp_path)
+    checkpoint = store.create().id
+    (tmp_path / "run.sh").unlink()
+    ws = Workspace(tmp_path)
+    [gone] = turn_changes(store, checkpoint, ws)
+    assert gone.status == "deleted" and "-caf\u00e9" in gone.hunks[0].lines
+    await undo_hunks(store, checkpoint, ws, [Pick("run.sh", 0, gone.hunks[0].digest)])
+    assert (tmp_path / "run.sh").read_bytes() == data and (tmp_path / "run.sh").stat().st_mode & 0o777 == 0o755
+
+
+async def test_a_line_appended_by_the_shell_to_a_crlf_file_is_one_hunk(tmp_path):
+    (tmp_path / "win.txt").write_bytes(b"a\r\n" * 30)
+    store = CheckpointStore(tmp_path)
+    checkpoint = store.create().id
+    with open(tmp_path / "win.txt", "ab") as f:
+        f.write(b"x\n")  # echo x >> win.txt
+    ws = Workspace(tmp_path)
+    [win] = turn_changes(store, checkpoint, ws)
+    assert [h.header for h in win.hunks] == ["@@ -28,3 +28,4 @@"]
+    await undo_hunks(store, checkpoint, ws, [Pick("win.txt", 0, win.hunks[0].digest)])
+    assert (tmp_path / "win.txt").read_bytes() == b"a\r\n" * 30
+
+
+async def test_links_are_listed_without_hunks_and_picks_are_checked_by_normalised_path(tmp_path):
+    (tmp_path / "a.cfg").write_text("a\n")
+    (tmp_path / "b.cfg").write_text("b\n")
+    (tmp_path / "current.cfg").symlink_to("a.cfg")
+    (tmp_path / "app.py").write_text("x = 1\n")
+    store = CheckpointStore(tmp_path)
+    checkpoint = store.create().id
+    (tmp_path / "current.cfg").unlink()
+    (tmp_path / "current.cfg").symlink_to("b.cfg")
+    (tmp_path / "app.py").write_text("x = 2\n")
+    ws = Workspace(tmp_path)
+    files = {f.path: f for f in turn_changes(store, checkpoint, ws)}
+    assert files["current.cfg"].binary and not files["current.cfg"].hunks
+    digest = files["app.py"].hunks[0].digest
+    plan = plan_review(store, checkpoint, ws, [], [Pick("./app.py", 0, digest), Pick("app.py", 7, "made-up")])
+    assert plan.result.kept == [] and "list them again" in plan.result.refused["app.py"]  # a made-up verdict
+    result = await undo_hunks(store, checkpoint, ws, [Pick("./app.py", 0, digest)])
+    assert [p.path for p in result.undone] == ["app.py"] and (tmp_path / "app.py").read_text() == "x = 1\n"
+    assert (tmp_path / "current.cfg").readlink().name == "b.cfg"  # left to a rewind
+
+
+async def test_an_empty_file_the_turn_created_can_be_undone(tmp_path):
+    store = CheckpointStore(tmp_path)
+    checkpoint = store.create().id
+    (tmp_path / "empty.txt").write_text("")
+    ws = Workspace(tmp_path)
+    [empty] = turn_changes(store, checkpoint, ws)
+    assert empty.status == "added" and len(empty.hunks) == 1
+    await undo_hunks(store, checkpoint, ws, [Pick("empty.txt", 0, empty.hunks[0].digest)])
+    assert not (tmp_path / "empty.txt").exists()

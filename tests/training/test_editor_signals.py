@@ -21,6 +21,7 @@ from agent.permissions import Rule
 from agent.policy import Reply
 from agent.session import Session, SessionConfig
 from agent.session_log import read_session, validate_record
+from agent.turn_review import Pick
 from agent.unidiff import parse_diff, touched_paths, without_paths
 from training.envs.diff import file_diff, tree_diff
 from training.rewards import editor_reward
@@ -158,7 +159,7 @@ async def test_a_prompt_is_refused_while_a_rewind_runs(tmp_path):
         await session.prompt("make A three")
     go_on.set()
     await rewind
-    assert (root / "a.py").read_text() == "A = 1\n" and not session.rewinding
+    assert (root / "a.py").read_text() == "A = 1\n" and not session.changing
     session.close()
 
 
@@ -166,11 +167,11 @@ async def test_a_cancelled_rewind_still_holds_off_prompts_until_its_thread_is_do
     root, session, rewind, go_on = await paused_rewind(tmp_path)
     rewind.cancel()  # the editor cancelled the request; the thread writes on
     await asyncio.sleep(0.1)
-    assert session.rewinding
+    assert session.changing
     go_on.set()
     with pytest.raises(asyncio.CancelledError):
         await rewind
-    assert not session.rewinding and (root / "a.py").read_text() == "A = 1\n"
+    assert not session.changing and (root / "a.py").read_text() == "A = 1\n"
     assert [r for r in read_session(session.log_path) if r["type"] == "restore"]  # what it did is logged
     session.close()
 
@@ -276,3 +277,22 @@ def test_diff_reader_on_git_and_tree_diffs(tmp_path):
                           capture_output=True)
     assert done.returncode == 0, done.stderr  # what is left still applies
     assert (root / "caf\u00e9.py").read_text() == "x = 2\n" and "pass" in (root / "tests" / "test_x.py").read_text()
+
+
+async def test_two_undos_of_changes_at_once_never_lose_one(tmp_path):
+    root = workspace(tmp_path)
+    session = await open_session(root, tmp_path, [calls(edit("a.py", "A = 1", "A = 2")), Reply("A is 2.", [], "stop")])
+    await session.prompt("make A two")
+    _, [changed] = await session.turn_changes()
+    pick = Pick("a.py", 0, changed.hunks[0].digest)
+    first = asyncio.ensure_future(session.review_hunks([pick], []))
+    await asyncio.sleep(0)  # the first has started: it holds the workspace
+    with pytest.raises(RuntimeError, match="an undo of changes is running"):
+        await session.review_hunks([pick], [])
+    with pytest.raises(RuntimeError, match="an undo of changes is running"):
+        await session.prompt("make A three")
+    result, backup = await first
+    assert [p.path for p in result.undone] == ["a.py"] and backup and (root / "a.py").read_text() == "A = 1\n"
+    verdicts = [(r["path"], r["accepted"]) for r in read_session(session.log_path) if r["type"] == "edit_review"]
+    assert verdicts == [("a.py", False)]
+    session.close()
