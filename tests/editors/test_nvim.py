@@ -29,6 +29,15 @@ REPO = Path(__file__).parents[2]
 PLUGIN = REPO / "editor-extension" / "nvim"
 SCRIPT = Path(__file__).parent / "nvim" / "scenarios.lua"
 EDIT = {"name": "edit_file", "arguments": {"path": "hello.py", "old_string": "hello", "new_string": "goodbye"}}
+FAR = "".join(f"v{i:02d} = {i}\n" for i in range(1, 31))
+"""far.py of the `changes` scenario: 30 lines, two of them far apart edited by one turn."""
+
+
+def FAR_EDIT(line: int, value: str) -> dict:
+    return {"name": "edit_file", "arguments": {"path": "far.py", "old_string": f"v{line:02d} = {line}\n",
+                                                "new_string": f"v{line:02d} = {value}\n"}}
+
+
 SCRIPTS = {
     "chat": [[{"text": "Hello from Composer, streamed word by word."}]],
     "chat_without_file": [[{"text": "Started without a file."}]],
@@ -43,6 +52,14 @@ SCRIPTS = {
     "review_edit": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Kept your version."}]],
     "review_unedited": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
     "review_reject": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Leaving it."}]],
+    "review_cancel": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Never reached."}]],
+    "review_editbang": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
+    "review_write_all": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Kept your version."}]],
+    # One edit a step, the second streamed slowly: two edits of one open buffer in one step race
+    # the first's didChange (debounced), and the server refuses the second as stale.
+    "changes": [[{"text": "", "tool_calls": [FAR_EDIT(3, "'three'")]},
+                 {"text": "And one far below.", "delay": 0.1, "tool_calls": [FAR_EDIT(27, "'twenty-seven'")]},
+                 {"text": "Changed two lines."}]],
     "fix": [[{"text": "Fixed it."}]],
     "unsandboxed": [[{"text": "", "tool_calls": [{"name": "run_terminal", "arguments": {"command": "echo made > made.txt"}}]},
                      {"text": "Stopped."}]],
@@ -69,6 +86,7 @@ def workspace(tmp_path: Path) -> Path:
     root = tmp_path / "ws"
     (root / ".composer").mkdir(parents=True)  # a root marker of lsp/composer.lua
     (root / "hello.py").write_text("print('hello')\n")
+    (root / "far.py").write_text(FAR)
     return root
 
 
@@ -101,6 +119,8 @@ def test_nvim_scenario(scenario: str, workspace: Path, tmp_path: Path) -> None:
     assert result["status"] == ("sandbox: none (weaker than bubblewrap)" if scenario in UNSANDBOXED else "sandbox: bwrap")
     if scenario in UNSANDBOXED:
         assert not (workspace / "made.txt").exists(), "the rejected command ran"
+    if scenario == "changes":
+        assert (workspace / "far.py").read_text() == FAR, "the turn and the undo changed the buffer, not the disk"
     if scenario == "fix":
         asked = requests[-1]["messages"][-1]["content"]
         assert "'(' was never closed" in asked and "hello.py at line 1" in asked

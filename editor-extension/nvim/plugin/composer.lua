@@ -29,6 +29,10 @@ command('ComposerCancel', function()
   require('composer').cancel()
 end, { desc = 'Composer: cancel the running turn' })
 
+command('ComposerChanges', function()
+  require('composer').changes()
+end, { desc = "Composer: keep or undo the last turn's changes hunk by hunk" })
+
 command('ComposerMode', function(o)
   require('composer').set_mode(o.args)
 end, {

@@ -51,7 +51,9 @@ end
 
 --- setup() as a user would, then open hello.py and wait for composer-lsp to attach to it.
 local function start(config)
-  require('composer').setup(vim.tbl_extend('force', { cmd = ctx.cmd, timeout = START_MS }, config or {}))
+  require('composer').setup(
+    vim.tbl_extend('force', { cmd = ctx.cmd, timeout = START_MS }, config or {})
+  )
   vim.cmd.edit(vim.fn.fnameescape(ctx.ws .. '/hello.py'))
   local buf, win = vim.api.nvim_get_current_buf(), vim.api.nvim_get_current_win()
   wait(START_MS, function()
@@ -106,14 +108,42 @@ local function buffer_named(name)
   end
 end
 
+--- The buffer whose name matches the Lua `pattern`, else nil.
+local function buffer_matching(pattern)
+  for _, buf in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_get_name(buf):match(pattern) then
+      return buf
+    end
+  end
+end
+
+local PROPOSAL = '^composer://proposal/%d+/hello%.py$'
+local CURRENT = '^composer://current/%d+/hello%.py$'
+
+--- Types `cmdline` on Neovim's command line, as a person does (`:w` accepts a proposal only
+--- when typed), and runs it.
+local function type_cmd(cmdline)
+  vim.api.nvim_feedkeys(':' .. cmdline .. '\r', 'ntx', false)
+end
+
+--- Records vim.notify's messages (and still shows them).
+local function record_notes()
+  local notes, notify = {}, vim.notify
+  vim.notify = function(msg, level)
+    notes[#notes + 1] = { msg = msg, level = level }
+    notify(msg, level)
+  end
+  return notes
+end
+
 --- Waits for the review of hello.py to open; checks it is a diff of the current text and the
 --- proposal, with the cursor in the proposal. Returns the proposal's buffer.
 local function wait_review()
   wait(20000, function()
-    return buffer_named('composer://proposal/hello.py') ~= nil
+    return buffer_matching(PROPOSAL) ~= nil
   end, ('the proposal to open (chat so far:\n%s)'):format(chat_text()))
-  local proposal = buffer_named('composer://proposal/hello.py')
-  local current = buffer_named('composer://current/hello.py')
+  local proposal = buffer_matching(PROPOSAL)
+  local current = buffer_matching(CURRENT)
   check(current, 'the current text is shown beside the proposal')
   check(vim.api.nvim_get_current_buf() == proposal, 'the cursor is in the proposal')
   check(vim.deep_equal(lines(proposal), { "print('goodbye')" }), 'the proposal holds newText')
@@ -128,8 +158,8 @@ end
 
 --- Checks that the review closed: its buffers gone, back in the tab the turn started from.
 local function check_review_closed()
-  check(not buffer_named('composer://proposal/hello.py'), 'the proposal buffer was wiped')
-  check(not buffer_named('composer://current/hello.py'), 'the current-text buffer was wiped')
+  check(not buffer_matching(PROPOSAL), 'the proposal buffer was wiped')
+  check(not buffer_matching(CURRENT), 'the current-text buffer was wiped')
   check(#vim.api.nvim_list_tabpages() == 1, 'the review tab closed')
 end
 
@@ -282,7 +312,7 @@ function S.review_edit()
   vim.cmd('ComposerChat say goodbye')
   wait_review()
   vim.cmd('substitute/goodbye/see you/')
-  vim.cmd.write() -- accepts the proposal as edited
+  type_cmd('w') -- accepts the proposal as edited
   local turn = wait_turn(1)
   result.asked, result.answers = asked, answers
   check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
@@ -306,7 +336,7 @@ function S.review_unedited()
   answer_permissions('composer_edit')
   vim.cmd('ComposerChat say goodbye')
   wait_review()
-  vim.cmd('wq') -- the write accepts; the quit must close only the proposal's window
+  type_cmd('wq') -- the write accepts; the quit must close only the proposal's window
   local turn = wait_turn(1)
   result.answers = answers
   check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
@@ -343,6 +373,193 @@ function S.review_reject()
     vim.deep_equal(lines(buf), { "print('hello')" }),
     'the rejected edit did not reach the buffer'
   )
+end
+
+function S.review_cancel()
+  local answers = intercept_permissions(true)
+  local buf = start({ mode = 'review' })
+  local asked = answer_permissions('composer_edit')
+  local notes = record_notes()
+  vim.cmd('ComposerChat say goodbye')
+  wait_review()
+  vim.cmd('substitute/goodbye/see you/')
+  vim.cmd('ComposerCancel')
+  local turn = wait_turn(1)
+  wait(5000, function()
+    return #answers == 1
+  end, 'the withdrawn question to be answered')
+  vim.wait(300) -- a re-asked question or a late answer would come now
+  result.asked, result.answers, result.notes = asked, answers, notes
+  check(turn.stopReason == 'cancelled', 'stopReason ' .. tostring(turn.stopReason))
+  check_review_closed()
+  check(#asked == 1, 'the withdrawn question was not asked again: ' .. #asked .. ' questions')
+  check(
+    vim.deep_equal(answers[1].answer, { outcome = { outcome = 'cancelled' } }),
+    'the withdrawn question answers cancelled, without the text: ' .. vim.inspect(answers[1])
+  )
+  local told = vim.tbl_filter(function(n)
+    return n.msg:find('withdrawn', 1, true)
+      and n.msg:find('your edit of the proposal was not applied', 1, true)
+  end, notes)
+  check(#told == 1, 'told once that the edit was not applied: ' .. vim.inspect(notes))
+  check(vim.deep_equal(lines(buf), { "print('hello')" }), 'no edit reached the buffer')
+end
+
+function S.review_editbang()
+  local answers = intercept_permissions(true)
+  local buf = start({ mode = 'review' })
+  answer_permissions('composer_edit')
+  vim.cmd('ComposerChat say goodbye')
+  local proposal = wait_review()
+  vim.cmd('substitute/goodbye/see you/')
+  vim.cmd('edit!') -- "drop my changes to the proposal"
+  result.after_editbang = lines(proposal)
+  check(vim.api.nvim_buf_is_valid(proposal), 'the proposal is still open')
+  check(vim.deep_equal(lines(proposal), { "print('goodbye')" }), ':e! restores the proposal')
+  check(not vim.bo[proposal].modified, ':e! leaves the proposal unmodified')
+  local current = buffer_matching(CURRENT)
+  vim.api.nvim_set_current_win(vim.fn.bufwinid(current))
+  vim.cmd('edit!')
+  check(vim.deep_equal(lines(current), { "print('hello')" }), ':e! keeps the current text')
+  vim.api.nvim_set_current_win(vim.fn.bufwinid(proposal))
+  type_cmd('w')
+  local turn = wait_turn(1)
+  result.answers = answers
+  check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
+  check(
+    vim.deep_equal(
+      answers[1].answer,
+      { outcome = { outcome = 'selected', optionId = 'allow_once' } }
+    ),
+    'the proposal as proposed is a plain allow: ' .. vim.inspect(answers[1].answer)
+  )
+  check_review_closed()
+  check(vim.deep_equal(lines(buf), { "print('goodbye')" }), 'the proposed edit reached the buffer')
+end
+
+function S.review_write_all()
+  local answers = intercept_permissions(true)
+  local buf = start({ mode = 'review' })
+  answer_permissions('composer_edit')
+  local notes = record_notes()
+  vim.cmd('ComposerChat say goodbye')
+  local proposal = wait_review()
+  vim.cmd('substitute/goodbye/see yo/') -- half-typed
+  vim.cmd('silent! wall') -- what `au FocusLost * silent! wall` and autosave plugins run
+  vim.cmd('silent! write') -- a plugin's or a <Cmd> mapping's write: not typed by the person
+  vim.wait(300)
+  check(#answers == 0, 'an autosave did not answer: ' .. vim.inspect(answers))
+  check(vim.api.nvim_buf_is_valid(proposal), 'the proposal is still open')
+  check(vim.bo[proposal].modified, 'the proposal is still modified (:q still warns)')
+  local copy = vim.fn.tempname() .. '.py'
+  type_cmd('w ' .. vim.fn.fnameescape(copy)) -- a copy elsewhere
+  vim.wait(300)
+  check(#answers == 0, ':w {file} did not answer: ' .. vim.inspect(answers))
+  check(vim.fn.readfile(copy, 'b')[1] == "print('see yo')", ':w {file} wrote the proposal there')
+  check(vim.api.nvim_buf_is_valid(proposal), 'the proposal is still open after :w {file}')
+  vim.cmd('substitute/see yo/see you/')
+  type_cmd('w') -- the person's own :w accepts
+  local turn = wait_turn(1)
+  result.answers, result.notes = answers, notes
+  check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
+  check(#answers == 1, 'answered once, not ' .. #answers .. ' times')
+  check(
+    vim.deep_equal(answers[1].answer._meta, { composer = { revisedText = "print('see you')\n" } }),
+    'the typed :w sent the finished text: ' .. vim.inspect(answers[1].answer)
+  )
+  check_review_closed()
+  local told = vim.tbl_filter(function(n)
+    return n.msg:find('not accepted', 1, true) ~= nil
+  end, notes)
+  check(#told >= 1, 'the autosave was told the proposal was not accepted')
+  if answers[1].server_marked then
+    check(vim.deep_equal(lines(buf), { "print('see you')" }), 'the edited text reached the buffer')
+  end
+end
+
+local FAR = ctx.ws .. '/far.py'
+
+--- The hunk headers (`@@` lines) of the changes buffer and their line numbers.
+local function hunk_lines(changes)
+  local found = {}
+  for i, line in ipairs(lines(changes)) do
+    if vim.startswith(line, '@@') then
+      found[#found + 1] = i
+    end
+  end
+  return found
+end
+
+function S.changes()
+  local notes = record_notes()
+  start()
+  vim.cmd.edit(vim.fn.fnameescape(FAR)) -- the turn edits it in its buffer
+  local far = vim.api.nvim_get_current_buf()
+  local before = lines(far)
+  vim.cmd('ComposerChat change two lines')
+  local turn = wait_turn(1)
+  check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
+  result.after_turn = lines(far)
+  check(
+    lines(far)[3] == "v03 = 'three'" and lines(far)[27] == "v27 = 'twenty-seven'",
+    'both edits reached the buffer'
+  )
+  check(
+    chat_text():find('Changes: :ComposerChanges', 1, true),
+    'the chat points at :ComposerChanges'
+  )
+
+  vim.cmd('ComposerChanges')
+  wait(10000, function()
+    local b = buffer_named('composer://changes')
+    return b and #hunk_lines(b) > 0
+  end, 'the changes to be listed')
+  local changes = buffer_named('composer://changes')
+  check(vim.api.nvim_get_current_buf() == changes, 'the cursor is in the changes')
+  check(vim.bo[changes].filetype == 'diff', 'the changes are a diff')
+  result.listed = lines(changes)
+  local hunks = hunk_lines(changes)
+  check(#hunks == 2, #hunks .. ' hunks listed, not 2')
+  check(
+    table.concat(lines(changes), '\n'):find("+v27 = 'twenty-seven'", 1, true),
+    'the hunk lines are shown'
+  )
+  check(vim.api.nvim_win_get_cursor(0)[1] == hunks[1], 'the cursor starts on the first hunk')
+
+  -- `K` keeps the first hunk (marked) and moves to the next; `u` undoes that one.
+  vim.api.nvim_feedkeys('K', 'x', false)
+  wait(5000, function()
+    return #vim.api.nvim_buf_get_extmarks(changes, -1, 0, -1, {}) == 1
+  end, 'the kept hunk to be marked')
+  check(vim.api.nvim_win_get_cursor(0)[1] == hunks[2], 'K moved to the next hunk')
+  vim.api.nvim_feedkeys('u', 'x', false)
+  wait(10000, function()
+    return #hunk_lines(changes) == 1
+  end, 'the changes to be listed again after the undo')
+  result.relisted = lines(changes)
+  result.after_undo = lines(far)
+  check(lines(far)[27] == before[27], 'the undone hunk is back as it was in the buffer')
+  check(lines(far)[3] == "v03 = 'three'", 'the other hunk stays')
+  check(#lines(far) == #before, 'no line was added or lost')
+  check(
+    table.concat(lines(changes), '\n'):find("+v03 = 'three'", 1, true),
+    'the kept hunk is still listed'
+  )
+  check(#vim.api.nvim_buf_get_extmarks(changes, -1, 0, -1, {}) == 1, 'and still marked kept')
+
+  -- <CR> on the remaining hunk's changed line opens the file there.
+  vim.api.nvim_win_set_cursor(0, { hunk_lines(changes)[1], 0 })
+  vim.fn.search('^+v03', 'W')
+  vim.api.nvim_feedkeys(vim.keycode('<CR>'), 'x', false)
+  check(vim.api.nvim_get_current_buf() == far, '<CR> opened the file')
+  check(
+    vim.api.nvim_win_get_cursor(0)[1] == 3,
+    "<CR> put the cursor on the hunk's line: " .. vim.api.nvim_win_get_cursor(0)[1]
+  )
+  local refused = vim.tbl_filter(function(n)
+    return n.msg:find('left as it is', 1, true) ~= nil
+  end, notes)
+  check(#refused == 0, 'nothing was refused: ' .. vim.inspect(notes))
 end
 
 function S.fix()
@@ -383,7 +600,10 @@ function S.unsandboxed()
   local warned = vim.tbl_filter(function(n)
     return n.level == vim.log.levels.WARN and n.msg:find('weaker than bubblewrap', 1, true) ~= nil
   end, notes)
-  check(#warned == 1, 'warned once at start that the sandbox is weaker, not ' .. #warned .. ' times')
+  check(
+    #warned == 1,
+    'warned once at start that the sandbox is weaker, not ' .. #warned .. ' times'
+  )
   vim.cmd('ComposerChat make a file') -- agent mode: the rules would allow this command
   local turn = wait_turn(1)
   result.asked = asked

@@ -26,6 +26,10 @@ Composer.config = {
     -- Lines of a tool's text output shown in the chat (the rest is elided).
     max_output_lines = 8,
   },
+  changes = {
+    -- Command run to make a window for :ComposerChanges when no window shows it.
+    open = 'botright split',
+  },
   -- Buffer-local keymaps where the server attaches (`false` leaves one unset). In the chat
   -- buffer: `i`, `a` or <CR> ask for a prompt, <C-c> cancels, `q` closes the window.
   keymaps = {
@@ -48,6 +52,8 @@ H.running = {}
 H.commands = {}
 --- Client id -> the server's sandbox status (composer/isolation), once it answered.
 H.isolation = {}
+--- The permission questions being asked (keys): { co, session, title, wait, resume, review }.
+H.questions = {}
 
 ---@param config? table see |composer-config|
 function Composer.setup(config)
@@ -154,12 +160,30 @@ function Composer.cancel()
     local client = vim.lsp.get_client_by_id(client_id)
     if client then
       client:notify('session/cancel', { sessionId = session_id })
+      H.withdraw(session_id, 'the turn was cancelled')
       any = true
     end
   end
   if not any then
     H.notify('nothing is running', vim.log.levels.INFO)
   end
+end
+
+--- :ComposerChanges: the changes of the chat session's last turn, hunk by hunk, to keep or undo
+--- (|composer-changes|).
+function Composer.changes()
+  local client = H.client()
+  if not client then
+    return
+  end
+  local session_id = H.sessions[client.id]
+  if not session_id then
+    return H.notify('no chat session yet, so no changes to review', vim.log.levels.INFO)
+  end
+  if H.running[session_id] then
+    return H.notify('a turn is running; :ComposerChanges once it ends', vim.log.levels.WARN)
+  end
+  require('composer.changes').open(client, session_id, Composer.config.changes.open)
 end
 
 --- :ComposerMode {agent|review}: the chat session's mode.
@@ -267,7 +291,8 @@ end
 --- `session/request_permission`: shows the call (its diff, or its whole command) in the chat and
 --- asks with vim.ui.select, a weaker sandbox's warning first in the prompt. A revisable edit
 --- (|composer-review|) also offers "Edit, then allow". Neovim runs server requests in a
---- coroutine, so this yields until the answer.
+--- coroutine, so this yields until the answer, or until the session's turn ends or is cancelled
+--- (H.withdraw): the server no longer waits then, so the question is withdrawn, never re-asked.
 function Composer.on_permission(_, params, ctx)
   local co, is_main = coroutine.running()
   if not co or is_main then
@@ -291,17 +316,31 @@ function Composer.on_permission(_, params, ctx)
     end,
   }
   local client = ctx and vim.lsp.get_client_by_id(ctx.client_id)
+  local question = { co = co, session = params.sessionId, title = call.title }
+  H.questions[question] = true
+  local answer = H.ask(question, diff, options, opts, client)
+  H.questions[question] = nil
+  return answer
+end
+
+--- Asks `question` until answered: the select, then the review for "Edit, then allow".
+function H.ask(question, diff, options, opts, client)
   while true do
-    local choice = H.await(function(resume)
+    local choice = H.await(question, function(resume)
       vim.ui.select(options, opts, resume)
     end)
-    if choice ~= H.edit_option then
+    if choice == H.withdrawn then
+      return { outcome = { outcome = 'cancelled' } }
+    elseif choice ~= H.edit_option then
       return H.selected(choice)
     end
-    local text = H.await(function(resume)
-      require('composer.review').open(diff, client and client.root_dir, resume)
+    local text = H.await(question, function(resume)
+      question.review = require('composer.review').open(diff, client and client.root_dir, resume)
     end)
-    if text then
+    question.review = nil
+    if text == H.withdrawn then
+      return { outcome = { outcome = 'cancelled' } }
+    elseif text then
       return H.allowed(diff, text)
     end
     -- Closed unwritten: not an answer, so ask again (where dismissing the select rejects).
@@ -427,11 +466,18 @@ end
 
 --- A turn ended: note how in the chat, and fire `User ComposerTurnDone`.
 function H.done(session_id, err, result)
+  local stop = err and 'error' or (result and result.stopReason) or 'unknown'
   if session_id then
     H.running[session_id] = nil
+    H.withdraw(session_id, 'the turn ended (' .. stop .. ')')
   end
-  local stop = err and 'error' or (result and result.stopReason) or 'unknown'
   H.chat().note(err and ('error: ' .. tostring(err.message)) or stop)
+  local meta = type(result) == 'table' and type(result._meta) == 'table' and result._meta.composer
+  local chat_session = session_id and vim.tbl_contains(vim.tbl_values(H.sessions), session_id)
+  if chat_session and type(meta) == 'table' and type(meta.checkpoint) == 'string' then
+    -- The chat's session only: :ComposerChanges reviews its turns (not :ComposerFix's).
+    H.chat().note('Changes: :ComposerChanges to keep or undo them')
+  end
   vim.api.nvim_exec_autocmds('User', {
     pattern = 'ComposerTurnDone',
     modeline = false,
@@ -488,22 +534,58 @@ function H.permission_prompt(call)
   return prompt
 end
 
---- Runs `start(resume)` and yields the running coroutine until `resume(value)`; returns `value`.
---- The resume is scheduled, so that a `start` calling back at once cannot resume before the
---- yield. A `start` that fails resumes with nil rather than leaving the server waiting.
-function H.await(start)
-  local co = coroutine.running()
+--- Runs `start(resume)` and yields the question's coroutine until `resume(value)`, or until the
+--- question is withdrawn (H.withdraw); returns `value`, or H.withdrawn. The resume is scheduled,
+--- so that a `start` calling back at once cannot resume before the yield, and counts only once
+--- and only for this wait (a select answered after its question was withdrawn does nothing).
+--- A `start` that fails resumes with nil rather than leaving the server waiting.
+function H.await(question, start)
+  local wait = {}
+  question.wait = wait
   local function resume(value)
     vim.schedule(function()
-      coroutine.resume(co, value)
+      if question.wait == wait then
+        question.wait = nil
+        coroutine.resume(question.co, value)
+      end
     end)
   end
+  question.resume = resume
   local ok, err = pcall(start, resume)
   if not ok then
     H.notify(tostring(err), vim.log.levels.ERROR)
     resume(nil)
   end
   return coroutine.yield()
+end
+
+--- What a withdrawn question's wait returns.
+H.withdrawn = {}
+
+--- The session's turn ended or was cancelled: the server asks nothing any more, so its open
+--- questions are settled (answered cancelled, which the server ignores) and their reviews
+--- closed, telling the person that what they typed in a proposal was not applied.
+---@param session_id string
+---@param why string
+function H.withdraw(session_id, why)
+  for question in pairs(H.questions) do
+    if question.session == session_id and question.wait then
+      H.questions[question] = nil
+      local what = question.title or 'a tool call'
+      local message = ('%s, so its question "%s" was withdrawn'):format(why, what)
+      if question.review then
+        local edited = question.review.modified()
+        question.review.close()
+        question.review = nil
+        message = ('%s; %s was not applied'):format(
+          message,
+          edited and 'your edit of the proposal' or 'the proposal'
+        )
+      end
+      H.notify(message, vim.log.levels.WARN)
+      question.resume(H.withdrawn)
+    end
+  end
 end
 
 --- The answer to a chosen permission option; no choice (the select dismissed) cancels.
