@@ -11,7 +11,9 @@ marks outside it stay where they were.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +66,22 @@ def text_edit(old: str, new: str, encoding: str = types.PositionEncodingKind.Utf
                           new_text=replacement)
 
 
+SETTLE_S = 2.0
+"""How long an edit waits for the editor to report the previous edit of the same document."""
+
+
 class EditorEdits:
-    """The Workspace's edit sink on an LSP connection (agent/workspace.py `EditSink`)."""
+    """The Workspace's edit sink on an LSP connection (agent/workspace.py `EditSink`).
+
+    An edit names the document version it applies to, and the editor refuses it when its buffer
+    has moved on. Its own previous edit moves the buffer too, and the editor reports that with a
+    didChange that may come late (Neovim debounces them), so a second edit of one document waits
+    for it (at most SETTLE_S) instead of naming the old version and being refused as stale."""
 
     def __init__(self, server: Any, root: Path) -> None:
         self.server, self.root = server, root
+        self._sent: dict[str, int] = {}
+        """uri -> the version our last applied edit named, until the editor reports a newer one."""
 
     @property
     def encoding(self) -> str:
@@ -76,7 +89,7 @@ class EditorEdits:
 
     async def apply(self, path: str, old_text: str | None, new_text: str, version: int | None) -> bool:
         uri = (self.root / path).as_uri()
-        doc = self.server.workspace.get_text_document(uri)
+        doc = await self._settled(uri)
         current = doc.source if old_text is None else old_text
         if doc.version is not None and version is not None and doc.version != version:
             return False  # the buffer moved on since the agent read it
@@ -89,4 +102,15 @@ class EditorEdits:
         result = await self.server.workspace_apply_edit_async(params)
         if not result.applied:
             log.info("editor refused the edit to %s: %s", path, result.failure_reason)
+        elif doc.version is not None:
+            self._sent[uri] = doc.version
         return bool(result.applied)
+
+    async def _settled(self, uri: str) -> Any:
+        """The document, once the editor has reported our last edit of it (or SETTLE_S passed)."""
+        doc, sent = self.server.workspace.get_text_document(uri), self._sent.pop(uri, None)
+        deadline = time.monotonic() + SETTLE_S
+        while sent is not None and doc.version == sent and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+            doc = self.server.workspace.get_text_document(uri)
+        return doc

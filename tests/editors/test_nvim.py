@@ -55,10 +55,9 @@ SCRIPTS = {
     "review_cancel": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Never reached."}]],
     "review_editbang": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
     "review_write_all": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Kept your version."}]],
-    # One edit a step, the second streamed slowly: two edits of one open buffer in one step race
-    # the first's didChange (debounced), and the server refuses the second as stale.
-    "changes": [[{"text": "", "tool_calls": [FAR_EDIT(3, "'three'")]},
-                 {"text": "And one far below.", "delay": 0.1, "tool_calls": [FAR_EDIT(27, "'twenty-seven'")]},
+    # Two edits of one open buffer in one step: the second waits for the first's didChange,
+    # which Neovim debounces (server/editor.py), instead of being refused as stale.
+    "changes": [[{"text": "", "tool_calls": [FAR_EDIT(3, "'three'"), FAR_EDIT(27, "'twenty-seven'")]},
                  {"text": "Changed two lines."}]],
     "fix": [[{"text": "Fixed it."}]],
     "unsandboxed": [[{"text": "", "tool_calls": [{"name": "run_terminal", "arguments": {"command": "echo made > made.txt"}}]},

@@ -66,6 +66,8 @@ class ComposerTestClient(LanguageClient):
         self.applied_edits: list[types.ApplyWorkspaceEditParams] = []
         self.documents: dict[str, tuple[str, int]] = {}
         self.refuse_edits = False
+        self.change_delay = 0.0
+        """Seconds before the didChange that reports an applied edit (Neovim debounces them)."""
         self.update_event = asyncio.Event()
 
     def open(self, path: Path, text: str, version: int = 1) -> str:
@@ -108,9 +110,13 @@ def _register(client: ComposerTestClient) -> None:
             new = apply_text_edits(text, list(change.edits))
             client.documents[change.text_document.uri] = (new, version + 1)
             # An editor reports its own change back, as didChange with the next version.
-            client.text_document_did_change(types.DidChangeTextDocumentParams(
+            report = types.DidChangeTextDocumentParams(
                 text_document=types.VersionedTextDocumentIdentifier(uri=change.text_document.uri, version=version + 1),
-                content_changes=[types.TextDocumentContentChangeWholeDocument(text=new)]))
+                content_changes=[types.TextDocumentContentChangeWholeDocument(text=new)])
+            if client.change_delay:
+                asyncio.get_running_loop().call_later(client.change_delay, client.text_document_did_change, report)
+            else:
+                client.text_document_did_change(report)
         return types.ApplyWorkspaceEditResult(applied=True)
 
 

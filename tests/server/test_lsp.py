@@ -95,6 +95,21 @@ async def test_in_review_the_person_changes_the_edit_and_their_text_reaches_the_
     assert [d["newText"] for d in diffs] == ["print('goodbye, world')\n"]
 
 
+async def test_two_edits_of_one_open_buffer_in_one_step_wait_for_the_editor_s_report(client, workspace, model):
+    lines = "".join(f"v{i} = {i}\n" for i in range(10))
+    edits = [{"name": "edit_file", "arguments": {"path": "far.py", "old_string": f"v{i} = {i}\n",
+                                                   "new_string": f"v{i} = {i * 10}\n"}} for i in (1, 8)]
+    model.script = [[{"text": "", "tool_calls": edits}, {"text": "Both."}]]
+    (workspace / "far.py").write_text(lines)
+    uri = client.open(workspace / "far.py", lines, version=1)
+    client.change_delay = 0.3  # the editor reports each applied edit late, as Neovim does
+    session_id = await _new(client, workspace)
+    await _prompt(client, session_id, "scale them")
+    assert client.documents[uri][0] == lines.replace("v1 = 1\n", "v1 = 10\n").replace("v8 = 8\n", "v8 = 80\n")
+    told = [m["content"] for m in model.requests[-1]["messages"] if m["role"] == "tool"]
+    assert len(told) == 2 and not any("refused" in t for t in told)
+
+
 async def test_cancel_stops_a_running_turn(client, workspace, model):
     model.script = [[{"text": " ".join(["word"] * 200), "delay": 0.05}]]
     session_id = await _new(client, workspace)
