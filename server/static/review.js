@@ -3,10 +3,13 @@
  * change, per file, in hunks ({index, header, lines: " ctx" / "-old" / "+new", digest});
  * composer/reviewHunks undoes the picked hunks (every other line stays as it is now) or records
  * the person's "keep". After an undo the page lists again: indices and digests shift. A file
- * that changed since its listing is refused, untouched, with a reason shown at the file; binary
+ * that changed since its listing is refused, untouched (its keeps too: only the picks the answer's
+ * `kept` names show as kept), with a reason shown at the file and a new listing; binary
  * and too-large files come without hunks, and only "Undo last turn" (composer/rewind) restores
  * them. The panel (#review in index.html) belongs to one session and closes when another is
- * shown, a turn starts, or the whole turn is undone. */
+ * shown, a turn starts, or the whole turn is undone. The button shows whenever "Undo last turn"
+ * can be used, not only after a turn this page saw end (a reloaded page never learns the
+ * checkpoint): composer/turnChanges knows, and its error (no checkpoint) shows in the panel. */
 
 import {$, el, plural, showError} from "./dom.js";
 import {updateControls} from "./chrome.js";
@@ -14,9 +17,9 @@ import {conn, request} from "./rpc.js";
 import {state} from "./state.js";
 import {appendNote} from "./transcript.js";
 
-/* What the panel shows: null while closed. `kept` holds hunkKey()s the person kept (they stay
- * kept through a re-listing); `refused` is path -> the server's reason, until that file is
- * listed again after a later action on it. */
+/* What the panel shows: null while closed. `kept` holds hunkKey()s the server kept (they stay
+ * kept through a re-listing); `refused` is path -> {label, why} ("Not undone" / "Not kept" and
+ * the server's reason), until a later action on that file. */
 let review = null;
 
 /* A hunk's identity across listings: its file, its checkpoint side (undoing another hunk never
@@ -37,12 +40,13 @@ function blocked() {
 }
 
 /* The "Review changes" button and the panel follow the current session (chrome.js updateControls
- * calls this): shown when the last turn changed something, usable when "Undo last turn" is. */
+ * calls this): shown, and usable, as "Undo last turn" is: for a session the page is attached to
+ * (or whose turn it saw change something), whether or not this page saw that turn end. */
 export function renderReviewControls() {
   const s = state.current;
   const button = $("#review-changes");
   const busy = Boolean(s && (s.running || s.loading)) || state.sending;
-  button.hidden = !s || !s.checkpoint;
+  button.hidden = !s || !(s.attached || s.checkpoint);
   button.disabled = !conn.ready || !s || !s.attached || busy;
   if (review && (!s || s.id !== review.sessionId)) closeReview();
   button.setAttribute("aria-expanded", review ? "true" : "false");
@@ -141,10 +145,10 @@ function renderFile(f) {
     f.binary ? null : el("span", {class: "diff-stat-del", text: ` -${removed}`}));
   const node = el("section", {class: "review-file", "data-path": path, "data-status": f.status || "",
     "data-testid": "review-file", "aria-label": path}, head);
-  const why = review.refused[path];
-  if (why) {
+  const refusal = review.refused[path];
+  if (refusal) {
     node.append(el("p", {class: "review-refused", role: "alert", "data-testid": "review-refused"},
-      el("strong", {text: "Not undone: "}), String(why), " (the list below is the new one)."));
+      el("strong", {text: `${refusal.label}: `}), refusal.why, " (the list below is the new one)."));
   }
   if (f.binary) {
     node.append(el("p", {class: "review-note", "data-testid": "review-binary",
@@ -190,7 +194,7 @@ async function undoHunk(path, hunk, position) {
     const refused = result.refused || {};
     delete mine.refused[path];
     if (refused[path]) {
-      mine.refused[path] = String(refused[path]);
+      mine.refused[path] = {label: "Not undone", why: String(refused[path])};
       what = `Did not undo ${what}`;  // the reason shows at the file
     } else {
       const backup = result.backupCheckpointId ? ` (backup checkpoint ${result.backupCheckpointId})` : "";
@@ -209,24 +213,43 @@ async function undoHunk(path, hunk, position) {
   focusAfter(path, position);
 }
 
+/* Only the picks the answer's `kept` names (by path and index) show as kept: a file changed
+ * since its listing is refused whole, its reason shown at the file, and the page lists again. */
 async function keepHunks(picked, position) {
   const mine = review;
   if (blocked() || !picked.length) return;
   mine.busy = true;
   updateControls();
+  let missed = 0;
   try {
     const params = {sessionId: mine.sessionId, keep: picked.map(([path, h]) => pick(path, h))};
     if (mine.checkpointId) params.checkpointId = mine.checkpointId;
-    await request("composer/reviewHunks", params);
+    const result = (await request("composer/reviewHunks", params)) || {};
     if (review !== mine) return;
-    for (const [path, h] of picked) mine.kept.add(hunkKey(path, h));
+    const refused = result.refused || {};
+    const kept = new Set((Array.isArray(result.kept) ? result.kept : []).map((k) => `${k.path}\0${k.index}`));
+    for (const [path] of picked) delete mine.refused[path];
+    for (const [path, h] of picked) {
+      if (refused[path]) mine.refused[path] = {label: "Not kept", why: String(refused[path])};
+      if (!refused[path] && kept.has(`${path}\0${h.index}`)) mine.kept.add(hunkKey(path, h));
+      else missed++;
+    }
   } catch (err) {
     showError(`Keep failed: ${err.message}`);
   }
   if (review !== mine) return;
   mine.busy = false;
-  render();
-  focusAfter(picked.length === 1 ? picked[0][0] : null, position);
+  const one = picked.length === 1 ? picked[0][0] : null;
+  if (!missed) {
+    render();
+  } else {
+    // something was refused: the file moved on since its listing, so list it again
+    const what = one === null ? plural(missed, "change") : `change ${position + 1} in ${one}`;
+    await list();
+    if (review !== mine) return;
+    $("#review-status").textContent = `Did not keep ${what}. ${$("#review-status").textContent}`;
+  }
+  focusAfter(one, position);
 }
 
 export function keepAll() {

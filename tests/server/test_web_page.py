@@ -11,8 +11,11 @@ after a shell command that rewrote the tree (byte-identical again); the sandbox 
 machine without bubblewrap its warning and a question before every command; and the websocket
 refusing a missing token or a foreign Origin. "Review changes" after a turn that edited two
 far-apart lines of a file: one change undone (only the other stays on disk, the list shrinks),
-the other kept (sent as keep, marked kept); a change undone after the file moved on is refused
-with the reason shown, a binary file is listed with its note, and Keep all keeps the rest.
+the other kept (sent as keep, marked kept); a change undone or kept after the file moved on is
+refused with the reason shown (a refused keep is not marked kept, and the file is listed again),
+a binary file is listed with its note, and Keep all keeps the rest; after a reload the button is
+there still (the session keeps the turn's checkpoint), and a turn that changed nothing says so
+in the panel.
 Chromium comes from `make browser-deps` (apt); without it the browser tests skip.
 """
 
@@ -446,12 +449,29 @@ def test_review_shows_a_refusal_and_a_binary_file_and_keeps_all(page, server: Se
     expect(hunks.nth(1).locator(".diff-add")).to_have_text("+value_17 = 1701")  # the new listing
     assert config.read_text() == moved
 
+    # so is a keep: nothing marked kept, the reason shown, the file listed again
+    moved = moved.replace("value_1 = 100", "value_1 = 101")
+    config.write_text(moved)
+    panel.get_by_role("button", name="Keep change 1 in config.py").click()
+    expect(refused).to_contain_text("Not kept: ")
+    expect(refused).to_contain_text("list them again")
+    expect(hunks.nth(0).locator(".diff-add")).to_have_text("+value_1 = 101")  # the new listing
+    expect(panel.locator("#review-status")).to_have_text(
+        re.compile(r"^Did not keep change 1 in config\.py\. 2 changes to review in 2 files\.$"))
+    expect(hunks.nth(0)).to_have_attribute("data-kept", "false")
+    expect(panel.locator(".review-kept")).to_have_count(0)
+    expect(panel.get_by_role("button", name="Keep change 1 in config.py")).to_be_enabled()
+    assert len([m for m in sent if m.get("method") == "composer/turnChanges"]) == 3
+    assert config.read_text() == moved
+
     panel.get_by_role("button", name="Keep all").click()
     expect(hunks.locator(".review-kept")).to_have_text(["Kept", "Kept"])
+    expect(refused).to_have_count(0)
     expect(panel.locator("button.review-undo")).to_have_count(2)
     for button in panel.locator("button.review-undo, button.review-keep").all():
         expect(button).to_be_disabled()
-    _, kept = review_sent(sent)
+    _, refused_keep, kept = review_sent(sent)
+    assert [(p["path"], p["index"]) for p in refused_keep["keep"]] == [("config.py", 0)]
     assert [(p["path"], p["index"]) for p in kept["keep"]] == [("config.py", 0), ("config.py", 1)]
     assert "+value_17 = 1701" in hunks.nth(1).inner_text() and config.read_text() == moved
 
@@ -460,6 +480,42 @@ def test_review_shows_a_refusal_and_a_binary_file_and_keeps_all(page, server: Se
     expect(page.locator(".note.rewind").last).to_contain_text("restored checkpoint")
     expect(panel).to_be_hidden()
     assert config.read_text() == CONFIG and not (server.workspace / "blob.bin").exists()
+
+
+@needs_chromium
+def test_review_changes_after_a_reload(page, server: Server) -> None:
+    from playwright.sync_api import expect
+
+    config = server.workspace / "config.py"
+    config.write_text(CONFIG)
+    server.model.script = [[{"text": "", "tool_calls": TWO_EDITS}, {"text": "Changed both."}],
+                           [{"text": "Nothing to change."}]]
+    run_turn(page, "change values 1 and 17")
+    expect(page.locator(".note.turn-end")).to_have_attribute("data-stop-reason", "end_turn")
+
+    # the reloaded page never saw the turn end, but the session still has the turn's checkpoint
+    page.reload()
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    expect(page.locator(".message.agent").last).to_contain_text("Changed both.")
+    panel = open_review(page)
+    hunks = panel.locator(".review-file[data-path='config.py'] .review-hunk")
+    expect(hunks).to_have_count(2)
+    panel.get_by_role("button", name="Undo change 1 in config.py").click()
+    expect(hunks).to_have_count(1)
+    assert config.read_text() == CONFIG.replace("value_17 = 17\n", "value_17 = 1700\n")
+
+    # a turn that changed nothing leaves nothing to review: the panel says why
+    run_turn(page, "change nothing")
+    expect(panel).to_be_hidden()  # a turn closes the review
+    expect(page.locator(".message.agent").last).to_contain_text("Nothing to change.")
+    expect(page.locator("#send")).to_be_enabled()
+    button = page.get_by_role("button", name="Review changes")
+    expect(button).to_be_enabled()
+    button.click()
+    expect(panel).to_be_visible()
+    expect(panel.locator("#review-status")).to_contain_text("Could not list the changes: ")
+    expect(panel.locator("#review-status")).to_contain_text("no checkpoint")
+    expect(panel.locator(".review-file")).to_have_count(0)
 
 
 @needs_chromium
