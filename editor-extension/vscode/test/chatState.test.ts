@@ -147,6 +147,19 @@ describe('a turn\'s changes to review', () => {
     expect(logo).toMatchObject({ path: 'logo.png', hunks: [], refused: 'changed since it was listed' });
   });
 
+  it('tells two identical changes of one file apart by where they start: only the kept one stays kept', () => {
+    let s = ended('cp1');
+    const itemId = reviews(s)[0].id;
+    const same = (index: number, at: number) => ({ index, header: `@@ -${at},3 +${at},3 @@`, digest: `d${index}`,
+      lines: [' a = 1', '-debug = True', '+debug = False', ' b = 2'] });
+    const listing = (...hunks: ReturnType<typeof same>[]) => [{ path: 'settings.py', status: 'modified', binary: false, hunks }];
+    s = reduce(s, { type: 'reviewListed', sessionId: 's', itemId, files: listing(same(0, 3), same(1, 40), same(2, 90)) });
+    s = reduce(s, { type: 'reviewKept', sessionId: 's', itemId, kept: [{ path: 'settings.py', index: 2 }], refused: {} });
+    // the first is undone: the others shift up an index, their old-side starts stay
+    s = reduce(s, { type: 'reviewListed', sessionId: 's', itemId, files: listing(same(0, 40), same(1, 90)) });
+    expect(reviews(s)[0].files[0].hunks.map((h) => [h.header, h.kept])).toEqual([['@@ -40,3 +40,3 @@', false], ['@@ -90,3 +90,3 @@', true]]);
+  });
+
   it('a refused keep marks nothing kept in that file', () => {
     let s = ended('cp1');
     const itemId = reviews(s)[0].id;

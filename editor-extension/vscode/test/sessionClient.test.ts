@@ -384,6 +384,62 @@ describe('reviewing a turn\'s changes hunk by hunk', () => {
       hunks: [{ kept: false }, { kept: false }] });
   });
 
+  /** composer/reviewHunks answers `server.answer` once `open()` is called. */
+  async function held() {
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => { open = resolve; });
+    const changes = await changed({ 'composer/reviewHunks': () => gate.then(() => changes.server.answer) });
+    await changes.client.reviewChanges(changes.review().id);
+    const inSession = () => changes.client.state.sessions.s1.items.find((i): i is ReviewItem => i.type === 'review')!;
+    return { ...changes, open, inSession };
+  }
+
+  it('an undo answered after the person switched chats lists again in its own session', async () => {
+    const { client, server, review, methods, open, inSession } = await held();
+    const undo = client.reviewHunks(review().id, 'undo', [{ path: 'config.py', index: 1 }]);
+    client.newChat();
+    server.listing = { checkpointId: CHECKPOINT, files: [{ path: 'config.py', status: 'modified', binary: false, hunks: [HUNK_0] }] };
+    open();
+    await undo;
+    expect(methods()).toEqual(['composer/turnChanges', 'composer/reviewHunks', 'composer/turnChanges']);
+    expect(inSession()).toMatchObject({ busy: false, error: null });
+    expect(inSession().files.map((f) => f.hunks.map((h) => h.digest))).toEqual([['d0']]);
+  });
+
+  it('an undo answered after its session\'s review went stale says so there, listing nothing', async () => {
+    const { client, review, methods, open, inSession } = await held();
+    const undo = client.reviewHunks(review().id, 'undo', [{ path: 'config.py', index: 1 }]);
+    client.newChat();
+    client.dispatch({ type: 'reviewStale', sessionId: 's1' });
+    open();
+    await expect(undo).rejects.toThrow('earlier turn');
+    expect(methods()).toEqual(['composer/turnChanges', 'composer/reviewHunks']);
+    expect(inSession()).toMatchObject({ busy: false, stale: true, error: expect.stringContaining('earlier turn') });
+  });
+
+  it('refuses a second request about the changes while one is under way, leaving it be', async () => {
+    const { client, review, methods, open } = await held();
+    const itemId = review().id;
+    const keep = client.reviewHunks(itemId, 'keep', [{ path: 'config.py', index: 1 }]);
+    await expect(client.reviewHunks(itemId, 'undo', [{ path: 'config.py', index: 1 }])).rejects.toThrow('under way');
+    await expect(client.keepAll(itemId)).rejects.toThrow('under way');
+    await expect(client.reviewChanges(itemId)).rejects.toThrow('under way');
+    expect(review()).toMatchObject({ busy: true, error: null });
+    open();
+    await keep;
+    expect(methods()).toEqual(['composer/turnChanges', 'composer/reviewHunks']);
+    expect(review()).toMatchObject({ busy: false, error: null });
+    expect(review().files[0].hunks.map((h) => h.kept)).toEqual([false, true]);
+  });
+
+  it('marks kept only the picks the server says it kept', async () => {
+    const { client, server, review } = await changed();
+    await client.reviewChanges(review().id);
+    server.answer = { undone: [], kept: [{ path: 'config.py', index: 0 }], refused: {}, backupCheckpointId: null };
+    await client.keepAll(review().id);
+    expect(review().files[0].hunks.map((h) => h.kept)).toEqual([true, false]);
+  });
+
   it('shows a failed listing on the review, and refuses an earlier turn\'s review', async () => {
     const { client, review } = await changed({ 'composer/turnChanges': () => { throw new Error('a turn is running'); } });
     await expect(client.reviewChanges(review().id)).rejects.toThrow('a turn is running');

@@ -123,6 +123,35 @@ describe('the review of a turn\'s changes from the chat view', () => {
       .toEqual({ type: 'reviewHunk', itemId: 'i1', path: 'a.py', index: 2, verdict: 'undo' });
   });
 
+  it('drops a click while a request about the card is under way, showing no error', async () => {
+    const { conn, client, host, itemId } = await turned();
+    await handleViewMessage({ type: 'reviewChanges', itemId }, client, host);
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => { open = resolve; });
+    conn.responders['composer/reviewHunks'] = () => gate.then(() => ({ undone: [], refused: {}, backupCheckpointId: null }));
+    const keep = handleViewMessage({ type: 'reviewHunk', itemId, path: 'config.py', index: 1, verdict: 'keep' }, client, host);
+    await handleViewMessage({ type: 'reviewHunk', itemId, path: 'config.py', index: 1, verdict: 'undo' }, client, host);
+    open();
+    await keep;
+    expect(conn.sent.filter((r) => r.method === 'composer/reviewHunks').map((r) => Object.keys(r.params))).toEqual(
+      [['sessionId', 'checkpointId', 'keep']]);
+    expect(host.showError).not.toHaveBeenCalled();
+  });
+
+  it('shows a request that failed after the person switched chats on its card, not as an error', async () => {
+    const { conn, client, host, itemId } = await turned();
+    await handleViewMessage({ type: 'reviewChanges', itemId }, client, host);
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => { open = resolve; });
+    conn.responders['composer/reviewHunks'] = () => gate.then(() => { throw new Error('the file is gone'); });
+    const undo = handleViewMessage({ type: 'reviewHunk', itemId, path: 'config.py', index: 1, verdict: 'undo' }, client, host);
+    client.newChat();
+    open();
+    await undo;
+    expect(client.state.sessions.s1.items.find((i) => i.id === itemId)).toMatchObject({ busy: false, error: 'the file is gone' });
+    expect(host.showError).not.toHaveBeenCalled();
+  });
+
   it('lists, undoes (listing again), keeps and keeps all', async () => {
     const { conn, client, host, itemId } = await turned();
     await handleViewMessage({ type: 'reviewChanges', itemId }, client, host);

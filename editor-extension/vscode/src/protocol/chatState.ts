@@ -375,9 +375,11 @@ function changeReview(d: Draft, action: ReviewAction): void {
 }
 
 /** A new listing, the hunks kept before still marked kept (indices and digests shift when a hunk
- * above is undone, so they are matched by path and lines). */
+ * above is undone, so they are matched by path, lines and where they start on the old side, which
+ * an undo leaves as it was: two identical changes of one file are two hunks). */
 function listedFiles(listed: TurnFileChanges[], before: ReviewFile[], refused: Record<string, string>): ReviewFile[] {
-  const kept = new Set(before.flatMap((f) => f.hunks.filter((h) => h.kept).map((h) => `${f.path}\0${h.lines.join('\n')}`)));
+  const key = (path: string, header: string, lines: string[]) => `${path}\0${oldStart(header)}\0${lines.join('\n')}`;
+  const kept = new Set(before.flatMap((f) => f.hunks.filter((h) => h.kept).map((h) => key(f.path, h.header, h.lines))));
   const files: ReviewFile[] = (Array.isArray(listed) ? listed : []).filter((f) => f && typeof f.path === 'string').map((f) => ({
     path: f.path,
     status: String(f.status ?? 'modified'),
@@ -385,7 +387,7 @@ function listedFiles(listed: TurnFileChanges[], before: ReviewFile[], refused: R
     hunks: (Array.isArray(f.hunks) ? f.hunks : []).map((h) => ({
       index: Number(h.index), header: String(h.header ?? ''), lines: Array.isArray(h.lines) ? h.lines.map(String) : [],
       digest: String(h.digest ?? ''),
-      kept: kept.has(`${f.path}\0${(Array.isArray(h.lines) ? h.lines : []).join('\n')}`),
+      kept: kept.has(key(f.path, String(h.header ?? ''), Array.isArray(h.lines) ? h.lines.map(String) : [])),
     })),
     refused: refused[f.path] ?? null,
   }));
@@ -394,6 +396,11 @@ function listedFiles(listed: TurnFileChanges[], before: ReviewFile[], refused: R
     if (!files.some((f) => f.path === path)) files.push({ path, status: 'modified', binary: false, hunks: [], refused: why });
   }
   return files;
+}
+
+/** The old-side start line of a hunk header `@@ -a,b +c,d @@` ('' when it has none). */
+function oldStart(header: string): string {
+  return /^@@ -(\d+)/.exec(header)?.[1] ?? '';
 }
 
 function staleReviews(d: Draft, s: SessionState): void {

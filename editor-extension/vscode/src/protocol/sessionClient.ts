@@ -345,12 +345,15 @@ export class SessionClient {
 
   // ---- reviewing a turn's changes hunk by hunk ------------------------------------------------
 
-  /** The review item `itemId` of the current session, while it still describes the last turn
-   * (else the reason is shown on it, and thrown). */
-  private review(itemId: string): { sessionId: string; item: ReviewItem } {
-    const s = currentSession(this.current);
+  /** The review item `itemId` of the current session, while it still describes the last turn and
+   * no other request about it is under way (else the reason is shown on it, and thrown). `during`:
+   * the session of the request under way about it, which may no longer be the one shown. */
+  private review(itemId: string, during?: string): { sessionId: string; item: ReviewItem } {
+    const s = during !== undefined ? this.current.sessions[during] ?? null : currentSession(this.current);
     const item = s?.items.find((i) => i.id === itemId);
     if (!s || !item || item.type !== 'review') throw new Error('There are no changes to review here');
+    // a second click before the first request's answer: that request's outcome stands
+    if (during === undefined && item.busy) throw new Error('A request about these changes is under way: wait for it');
     const refuse = (message: string): never => {
       this.dispatch({ type: 'reviewFailed', sessionId: s.id, itemId, message });
       throw new Error(message);
@@ -376,7 +379,8 @@ export class SessionClient {
 
   /** Undoes or keeps hunks of the latest listing of review item `itemId` (composer/reviewHunks,
    * with each hunk's index and digest). After an undo the changes are listed again: the indices
-   * below an undone hunk shift. Kept hunks are marked kept; files the server refused say why. */
+   * below an undone hunk shift. The hunks the server kept are marked kept; files it refused say why.
+   * Refused while another request about the item is under way. */
   async reviewHunks(itemId: string, verdict: 'undo' | 'keep', hunks: { path: string; index: number }[]): Promise<ReviewHunksResult> {
     const { sessionId, item } = this.review(itemId);
     const picks: HunkPick[] = [];
@@ -395,15 +399,19 @@ export class SessionClient {
         { sessionId, checkpointId: item.checkpointId, [verdict]: picks });
       const refused = result?.refused && typeof result.refused === 'object' ? result.refused : {};
       for (const [path, why] of Object.entries(refused)) this.log('warn', `composer/reviewHunks refused ${path}: ${why}`);
-      if (verdict === 'keep') this.dispatch({ type: 'reviewKept', sessionId, itemId, kept: picks, refused });
-      // an undo shifts what follows it; a refused file changed since it was listed
-      if (verdict === 'undo' || Object.keys(refused).length) await this.list(sessionId, this.review(itemId).item, refused);
+      // the server names the picks it kept (an older one does not: then every pick not refused)
+      const kept = Array.isArray(result?.kept)
+        ? result.kept.filter((k) => k && typeof k.path === 'string' && typeof k.index === 'number') : picks;
+      if (verdict === 'keep') this.dispatch({ type: 'reviewKept', sessionId, itemId, kept, refused });
+      // an undo shifts what follows it; a refused file changed since it was listed. The person may
+      // have switched chats meanwhile: the item is the request's session's.
+      if (verdict === 'undo' || Object.keys(refused).length) await this.list(sessionId, this.review(itemId, sessionId).item, refused);
       return result;
     });
   }
 
   /** Keeps every hunk of review item `itemId` not yet kept. */
-  keepAll(itemId: string): Promise<ReviewHunksResult> {
+  async keepAll(itemId: string): Promise<ReviewHunksResult> {
     const { item } = this.review(itemId);
     const hunks = item.files.flatMap((f) => f.hunks.filter((h) => !h.kept).map((h) => ({ path: f.path, index: h.index })));
     return this.reviewHunks(itemId, 'keep', hunks);

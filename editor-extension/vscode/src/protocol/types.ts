@@ -178,6 +178,8 @@ export interface HunkPick {
  * was left untouched (it changed since it was listed: list again). */
 export interface ReviewHunksResult {
   undone: { path: string; index: number }[];
+  /** The `keep` picks taken (absent from older servers: every pick in a file not refused). */
+  kept?: { path: string; index: number }[];
   refused: Record<string, string>;
   /** composer/rewind {sessionId, checkpointId: backupCheckpointId} undoes the undo. */
   backupCheckpointId: string | null;

@@ -113,13 +113,15 @@ async function run(m: FromView, client: SessionClient, host: ViewHost): Promise<
   }
 }
 
-/** Runs a review request; what fails is shown on its card (ReviewItem.error), else thrown. */
+/** Runs a review request; what fails is shown on its card (ReviewItem.error), else thrown. A click
+ * while a request about the card is under way (busy) is dropped. The card is looked for in every
+ * session: the person may have switched chats while the request ran (item ids are unique). */
 async function onReviewCard(client: SessionClient, itemId: string, request: () => Promise<unknown>): Promise<void> {
   try {
     await request();
   } catch (err) {
-    const item = currentSession(client.state)?.items.find((i) => i.id === itemId);
-    if (item?.type === 'review' && item.error) return;
+    const item = Object.values(client.state.sessions).flatMap((s) => s.items).find((i) => i.id === itemId);
+    if (item?.type === 'review' && (item.error || item.busy)) return;
     throw err;
   }
 }
