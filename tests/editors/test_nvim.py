@@ -30,12 +30,17 @@ PLUGIN = REPO / "editor-extension" / "nvim"
 SCRIPT = Path(__file__).parent / "nvim" / "scenarios.lua"
 EDIT = {"name": "edit_file", "arguments": {"path": "hello.py", "old_string": "hello", "new_string": "goodbye"}}
 FAR = "".join(f"v{i:02d} = {i}\n" for i in range(1, 31))
-"""far.py of the `changes` scenario: 30 lines, two of them far apart edited by one turn."""
+"""far.py of the `changes` scenario: 30 lines; one turn inserts two lines below the third and
+changes the 27th."""
 
 
 def FAR_EDIT(line: int, value: str) -> dict:
     return {"name": "edit_file", "arguments": {"path": "far.py", "old_string": f"v{line:02d} = {line}\n",
                                                 "new_string": f"v{line:02d} = {value}\n"}}
+
+
+FAR_INSERT = {"name": "edit_file", "arguments": {"path": "far.py", "old_string": "v03 = 3\n",
+                                                 "new_string": "v03 = 3\nw03 = 'one'\nx03 = 'two'\n"}}
 
 
 SCRIPTS = {
@@ -57,8 +62,10 @@ SCRIPTS = {
     "review_write_all": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Kept your version."}]],
     # Two edits of one open buffer in one step: the second waits for the first's didChange,
     # which Neovim debounces (server/editor.py), instead of being refused as stale.
-    "changes": [[{"text": "", "tool_calls": [FAR_EDIT(3, "'three'"), FAR_EDIT(27, "'twenty-seven'")]},
-                 {"text": "Changed two lines."}]],
+    # Two lines inserted above a changed line far below them, and a file deleted.
+    "changes": [[{"text": "", "tool_calls": [FAR_INSERT, FAR_EDIT(27, "'twenty-seven'"),
+                                             {"name": "delete_file", "arguments": {"path": "gone.py"}}]},
+                 {"text": "Changed far.py, deleted gone.py."}]],
     "fix": [[{"text": "Fixed it."}]],
     "unsandboxed": [[{"text": "", "tool_calls": [{"name": "run_terminal", "arguments": {"command": "echo made > made.txt"}}]},
                      {"text": "Stopped."}]],

@@ -492,18 +492,27 @@ end
 
 function S.changes()
   local notes = record_notes()
+  local function noted(text)
+    return vim.tbl_filter(function(n)
+      return n.msg:find(text, 1, true) ~= nil
+    end, notes)
+  end
+  local GONE = ctx.ws .. '/gone.py'
+  vim.fn.writefile({ 'gone = True' }, GONE) -- the turn deletes it
   start()
   vim.cmd.edit(vim.fn.fnameescape(FAR)) -- the turn edits it in its buffer
   local far = vim.api.nvim_get_current_buf()
   local before = lines(far)
-  vim.cmd('ComposerChat change two lines')
+  vim.cmd('ComposerChat change far.py, delete gone.py')
   local turn = wait_turn(1)
   check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
   result.after_turn = lines(far)
   check(
-    lines(far)[3] == "v03 = 'three'" and lines(far)[27] == "v27 = 'twenty-seven'",
-    'both edits reached the buffer'
+    lines(far)[4] == "w03 = 'one'" and lines(far)[5] == "x03 = 'two'",
+    'the two lines were inserted in the buffer'
   )
+  check(lines(far)[29] == "v27 = 'twenty-seven'", 'the far edit reached the buffer')
+  check(vim.fn.filereadable(GONE) == 0, 'gone.py was deleted')
   check(
     chat_text():find('Changes: :ComposerChanges', 1, true),
     'the chat points at :ComposerChanges'
@@ -515,51 +524,112 @@ function S.changes()
     return b and #hunk_lines(b) > 0
   end, 'the changes to be listed')
   local changes = buffer_named('composer://changes')
+  local function text()
+    return table.concat(lines(changes), '\n')
+  end
+  local function marks()
+    return vim.api.nvim_buf_get_extmarks(changes, -1, 0, -1, {})
+  end
   check(vim.api.nvim_get_current_buf() == changes, 'the cursor is in the changes')
   check(vim.bo[changes].filetype == 'diff', 'the changes are a diff')
   result.listed = lines(changes)
   local hunks = hunk_lines(changes)
-  check(#hunks == 2, #hunks .. ' hunks listed, not 2')
-  check(
-    table.concat(lines(changes), '\n'):find("+v27 = 'twenty-seven'", 1, true),
-    'the hunk lines are shown'
-  )
+  check(#hunks == 3, #hunks .. ' hunks listed, not 3 (two in far.py, gone.py deleted)')
+  check(text():find("+v27 = 'twenty-seven'", 1, true), 'the hunk lines are shown')
+  check(text():find('diff gone.py (deleted)', 1, true), 'the deleted file is listed')
   check(vim.api.nvim_win_get_cursor(0)[1] == hunks[1], 'the cursor starts on the first hunk')
 
-  -- `K` keeps the first hunk (marked) and moves to the next; `u` undoes that one.
+  -- <CR> on the deleted file's hunk opens nothing: the file is gone.
+  vim.api.nvim_win_set_cursor(0, { hunks[3], 0 })
+  vim.api.nvim_feedkeys(vim.keycode('<CR>'), 'x', false)
+  check(vim.api.nvim_get_current_buf() == changes, '<CR> on a deleted file stayed in the changes')
+  check(#noted('deleted by the turn; u brings it back') == 1, '<CR> said the file was deleted')
+
+  -- A `K` the server refuses (far.py changed since the listing) is not marked: listed again.
+  vim.api.nvim_buf_set_lines(far, 28, 29, false, { "v27 = 'twenty-eight'" })
+  vim.wait(500) -- Neovim's didChange debounce (150 ms)
+  vim.api.nvim_win_set_cursor(0, { hunks[2], 0 })
+  vim.api.nvim_feedkeys('K', 'x', false)
+  wait(10000, function()
+    return text():find("+v27 = 'twenty-eight'", 1, true) ~= nil
+  end, 'the changes to be listed again after the refused keep')
+  check(#noted('far.py was left as it is') == 1, 'the refusal was shown: ' .. vim.inspect(notes))
+  vim.wait(200)
+  check(#marks() == 0, 'a refused keep is not marked kept')
+
+  -- `K` once listed again: marked, and the cursor moves to the next hunk.
+  vim.api.nvim_buf_set_lines(far, 28, 29, false, { "v27 = 'twenty-seven'" })
+  vim.wait(500)
+  vim.api.nvim_feedkeys('R', 'x', false)
+  wait(10000, function()
+    return text():find("+v27 = 'twenty-seven'", 1, true) ~= nil
+  end, 'R to list the changes again')
+  hunks = hunk_lines(changes)
+  vim.api.nvim_win_set_cursor(0, { hunks[2], 0 })
   vim.api.nvim_feedkeys('K', 'x', false)
   wait(5000, function()
-    return #vim.api.nvim_buf_get_extmarks(changes, -1, 0, -1, {}) == 1
+    return #marks() == 1
   end, 'the kept hunk to be marked')
-  check(vim.api.nvim_win_get_cursor(0)[1] == hunks[2], 'K moved to the next hunk')
+  check(vim.api.nvim_win_get_cursor(0)[1] == hunks[3], 'K moved to the next hunk')
+  check(marks()[1][2] == hunks[2] - 1, 'the kept hunk is the one marked')
+
+  -- `uu` on the two inserted lines above the kept hunk: one undo, the second `u` ignored while
+  -- it runs; the kept hunk moves up two lines and stays marked.
+  vim.api.nvim_win_set_cursor(0, { hunks[1], 0 })
+  vim.api.nvim_feedkeys('uu', 'x', false)
+  wait(10000, function()
+    return #hunk_lines(changes) == 2
+  end, 'the changes to be listed again after the undo')
+  vim.wait(300) -- a second undo, were it sent, would be answered by now
+  result.relisted = lines(changes)
+  result.after_undo = lines(far)
+  check(#noted('still waiting') == 1, 'the second u was ignored with a message')
+  check(#noted('undid a change') == 1, 'one undo: ' .. vim.inspect(notes))
+  check(#noted('left as it is') == 1, 'the second u sent nothing: ' .. vim.inspect(notes))
+  check(
+    vim.deep_equal(
+      lines(far),
+      vim.list_extend(vim.list_slice(before, 1, 26), {
+        "v27 = 'twenty-seven'",
+        unpack(before, 28),
+      })
+    ),
+    'only the two inserted lines went: ' .. vim.inspect(lines(far))
+  )
+  hunks = hunk_lines(changes)
+  check(text():find("+v27 = 'twenty-seven'", 1, true), 'the kept hunk is still listed')
+  check(#marks() == 1 and marks()[1][2] == hunks[1] - 1, 'and still marked kept')
+
+  -- `u` on the deleted file brings it back.
+  vim.api.nvim_win_set_cursor(0, { hunks[2], 0 })
   vim.api.nvim_feedkeys('u', 'x', false)
   wait(10000, function()
     return #hunk_lines(changes) == 1
-  end, 'the changes to be listed again after the undo')
-  result.relisted = lines(changes)
-  result.after_undo = lines(far)
-  check(lines(far)[27] == before[27], 'the undone hunk is back as it was in the buffer')
-  check(lines(far)[3] == "v03 = 'three'", 'the other hunk stays')
-  check(#lines(far) == #before, 'no line was added or lost')
-  check(
-    table.concat(lines(changes), '\n'):find("+v03 = 'three'", 1, true),
-    'the kept hunk is still listed'
-  )
-  check(#vim.api.nvim_buf_get_extmarks(changes, -1, 0, -1, {}) == 1, 'and still marked kept')
+  end, 'the changes to be listed again after undoing the deletion')
+  check(vim.deep_equal(vim.fn.readfile(GONE), { 'gone = True' }), 'gone.py is back')
+  check(#marks() == 1, 'the kept hunk is still marked')
 
   -- <CR> on the remaining hunk's changed line opens the file there.
   vim.api.nvim_win_set_cursor(0, { hunk_lines(changes)[1], 0 })
-  vim.fn.search('^+v03', 'W')
+  vim.fn.search('^+v27', 'W')
   vim.api.nvim_feedkeys(vim.keycode('<CR>'), 'x', false)
   check(vim.api.nvim_get_current_buf() == far, '<CR> opened the file')
   check(
-    vim.api.nvim_win_get_cursor(0)[1] == 3,
+    vim.api.nvim_win_get_cursor(0)[1] == 27,
     "<CR> put the cursor on the hunk's line: " .. vim.api.nvim_win_get_cursor(0)[1]
   )
-  local refused = vim.tbl_filter(function(n)
-    return n.msg:find('left as it is', 1, true) ~= nil
-  end, notes)
-  check(#refused == 0, 'nothing was refused: ' .. vim.inspect(notes))
+
+  -- A new turn in the session: the listing is out of date, and `u` is refused.
+  vim.cmd('ComposerChat anything else?')
+  wait_turn(2)
+  check(lines(changes)[1]:find('Out of date', 1, true), 'the changes say they are out of date')
+  vim.api.nvim_set_current_win(vim.fn.bufwinid(changes))
+  vim.api.nvim_win_set_cursor(0, { hunk_lines(changes)[1], 0 })
+  vim.api.nvim_feedkeys('u', 'x', false)
+  vim.wait(300)
+  check(#noted('out of date') == 1, 'u was refused with a message')
+  check(lines(far)[27] == "v27 = 'twenty-seven'", 'and undid nothing')
+  check(#noted('undid a change') == 2, 'no undo was sent')
 end
 
 function S.fix()

@@ -1,17 +1,21 @@
 -- :ComposerChanges (:help composer-changes): the changes of the chat session's last turn, hunk by
 -- hunk (composer/turnChanges), in a scratch buffer (`composer://changes`, filetype diff), where
 -- `u` undoes the hunk under the cursor and `K` keeps it (composer/reviewHunks). An undo lists the
--- changes again: the indices of the hunks after it shift.
+-- changes again (since the same checkpoint): the indices of the hunks after it shift. One request
+-- at a time: keys pressed while one runs are ignored. A turn started in the session after the
+-- listing makes the buffer out of date: `u`, `K` and `R` are refused until :ComposerChanges.
 
 local Changes = {}
 local H = {}
 
 H.ns = vim.api.nvim_create_namespace('composer-changes')
 
---- What the buffer shows: { client, session_id, root, checkpoint, hunks = { [line] = spot } },
---- a spot being { path, index, digest, header, first } (first: the line of its `@@` header).
+--- What the buffer shows: { client, session_id, root, checkpoint, hunks = { [line] = spot },
+--- busy, stale }, a spot being { path, status, index, digest, header, lines, first } (first: the
+--- line of its `@@` header). `checkpoint` is the first listing's, which every re-list names;
+--- `busy`: a request of the buffer runs; `stale`: a newer turn started in the session.
 H.state = nil
---- Hunks kept in this Neovim, 'checkpoint\0path\0digest' -> true: marked again when re-listed.
+--- Hunks kept in this Neovim, by H.key -> true: marked again when re-listed.
 H.kept = {}
 
 Changes.help = 'u: undo the hunk under the cursor   K: keep it   <CR>: open the file there   '
@@ -23,27 +27,49 @@ Changes.help = 'u: undo the hunk under the cursor   K: keep it   <CR>: open the 
 ---@param session_id string
 ---@param open_cmd string
 function Changes.open(client, session_id, open_cmd)
-  H.list(client, session_id, function(ok)
+  local state = {
+    client = client,
+    session_id = session_id,
+    root = client.root_dir or vim.fn.getcwd(),
+    hunks = {},
+  }
+  H.list(state, function(ok)
     if ok then
       H.show(open_cmd)
     end
   end)
 end
 
---- Asks for the changes and renders them; `done(ok)` after.
-function H.list(client, session_id, done)
-  client:request('composer/turnChanges', { sessionId = session_id }, function(err, result)
+--- A turn of `session_id` starts (init.lua): a buffer listing that session's changes is out of
+--- date from now on.
+---@param session_id string
+function Changes.turn_started(session_id)
+  local state = H.state
+  if not state or state.session_id ~= session_id or state.stale then
+    return
+  end
+  state.stale = true
+  local buf = vim.fn.bufnr('composer://changes')
+  if buf ~= -1 then
+    H.set_lines(buf, 0, 1, { H.top(state) })
+  end
+end
+
+--- Asks for `state`'s changes (since its checkpoint, once it has one) and renders them, `state`
+--- becoming the buffer's; `done(ok)` after. Another listing made since wins: this one is dropped.
+function H.list(state, done)
+  local params = { sessionId = state.session_id, checkpointId = state.checkpoint }
+  state.client:request('composer/turnChanges', params, function(err, result)
     if err or type(result) ~= 'table' then
       H.notify(err and err.message or 'composer/turnChanges answered nothing', vim.log.levels.WARN)
       return done and done(false)
     end
-    H.state = {
-      client = client,
-      session_id = session_id,
-      root = client.root_dir or vim.fn.getcwd(),
-      checkpoint = result.checkpointId,
-      hunks = {},
-    }
+    if H.state and H.state ~= state and state.checkpoint then
+      return done and done(false) -- :ComposerChanges listed afresh meanwhile
+    end
+    H.state = state
+    state.checkpoint = state.checkpoint or result.checkpointId
+    state.hunks = {}
     H.render(type(result.files) == 'table' and result.files or {})
     if done then
       done(true)
@@ -94,8 +120,7 @@ end
 --- Writes the files' hunks into the buffer: one section per file, each hunk as in a diff.
 function H.render(files)
   local buf, state = H.buf(), H.state
-  local out = { '# Changes of the last turn. ' .. Changes.help }
-  local headers = {}
+  local out = { H.top(state) }
   for _, file in ipairs(files) do
     local path = tostring(file.path)
     out[#out + 1] = ''
@@ -108,45 +133,86 @@ function H.render(files)
     for _, hunk in ipairs(type(file.hunks) == 'table' and file.hunks or {}) do
       local spot = {
         path = path,
+        status = file.status,
         index = hunk.index,
         digest = hunk.digest,
         header = hunk.header,
         first = #out + 1,
       }
-      headers[#headers + 1] = spot
       out[#out + 1] = tostring(hunk.header)
       state.hunks[#out] = spot
+      local shown = {}
       for _, line in ipairs(type(hunk.lines) == 'table' and hunk.lines or {}) do
-        out[#out + 1] = (tostring(line):gsub('\n', ''))
+        shown[#shown + 1] = (tostring(line):gsub('\n', ''))
+        out[#out + 1] = shown[#shown]
         state.hunks[#out] = spot
       end
+      spot.lines = shown
     end
   end
   if #files == 0 then
     out[#out + 1] = ''
     out[#out + 1] = '# No changes since the turn started.'
   end
+  H.set_lines(buf, 0, -1, out)
+  H.mark_kept(state)
+end
+
+--- The buffer's first line: what it lists, or that it is out of date.
+function H.top(state)
+  if state.stale then
+    return '# Out of date: a newer turn started in this session. :ComposerChanges lists its changes.'
+  end
+  return '# Changes of the last turn. ' .. Changes.help
+end
+
+function H.set_lines(buf, first, last, replacement)
   vim.bo[buf].modifiable = true
-  vim.api.nvim_buf_set_lines(buf, 0, -1, false, out)
+  vim.api.nvim_buf_set_lines(buf, first, last, false, replacement)
   vim.bo[buf].modifiable = false
   vim.bo[buf].modified = false
+end
+
+--- A hunk's key among the kept: its file, where it starts in the file as it was at the checkpoint
+--- (the `-a,b` of its header) and its lines, none of which an undo elsewhere in the file moves
+--- (unlike its index, its digest and the new side of its header).
+function H.key(state, spot)
+  local start = tostring(spot.header):match('^@@ %-(%d+)') or ''
+  return table.concat(
+    { state.checkpoint or '', spot.path, start, table.concat(spot.lines or {}, '\n') },
+    '\0'
+  )
+end
+
+--- Marks "kept" the hunks of `state` kept in this Neovim.
+function H.mark_kept(state)
+  local buf = H.buf()
   vim.api.nvim_buf_clear_namespace(buf, H.ns, 0, -1)
-  for _, spot in ipairs(headers) do
-    if H.kept[H.key(spot)] then
-      H.mark_kept(buf, spot)
+  for line, spot in pairs(state.hunks) do
+    if spot.first == line and H.kept[H.key(state, spot)] then
+      vim.api.nvim_buf_set_extmark(buf, H.ns, line - 1, 0, {
+        virt_text = { { '  kept', 'DiagnosticOk' } },
+        virt_text_pos = 'eol',
+      })
     end
   end
 end
 
-function H.key(spot)
-  return table.concat({ H.state.checkpoint or '', spot.path, spot.digest or '' }, '\0')
-end
-
-function H.mark_kept(buf, spot)
-  vim.api.nvim_buf_set_extmark(buf, H.ns, spot.first - 1, 0, {
-    virt_text = { { '  kept', 'DiagnosticOk' } },
-    virt_text_pos = 'eol',
-  })
+--- Whether `u`, `K` or `R` may send a request now (else says why): not while one runs, nor once
+--- a newer turn started.
+function H.ready(state)
+  if state.stale then
+    H.notify(
+      'these changes are out of date (a newer turn started): :ComposerChanges lists the new ones',
+      vim.log.levels.WARN
+    )
+    return false
+  end
+  if state.busy then
+    H.notify('still waiting for the last request; try again once it answers', vim.log.levels.INFO)
+    return false
+  end
+  return true
 end
 
 --- The hunk under the cursor of the changes window, else nil (with a message).
@@ -163,7 +229,7 @@ end
 --- every other line stays), then lists the changes again, as the indices after it shift.
 function Changes.undo()
   local spot = H.spot()
-  if not spot then
+  if not spot or not H.ready(H.state) then
     return
   end
   local state = H.state
@@ -176,25 +242,40 @@ function Changes.undo()
   end)
 end
 
---- `K`: keeps the hunk under the cursor (tells the server it was right), marks it, and moves on.
+--- `K`: keeps the hunk under the cursor (tells the server it was right), moves on, and marks it
+--- once the server took it; a refused keep lists the changes again instead.
 function Changes.keep()
   local spot = H.spot()
-  if not spot then
+  if not spot or not H.ready(H.state) then
     return
   end
   local state = H.state
   local pick = { path = spot.path, index = spot.index, digest = spot.digest }
-  H.review(state, { keep = { pick } }, function()
+  H.review(state, { keep = { pick } }, function(result)
+    local kept = false
+    for _, taken in ipairs(type(result.kept) == 'table' and result.kept or {}) do
+      kept = kept
+        or (type(taken) == 'table' and taken.path == pick.path and taken.index == pick.index)
+    end
+    if not kept then
+      if not (type(result.refused) == 'table' and result.refused[pick.path]) then
+        H.notify(('%s: the hunk was not kept'):format(pick.path), vim.log.levels.WARN)
+      end
+      return H.relist(state)
+    end
+    state.busy = false
+    H.kept[H.key(state, spot)] = true
     if H.state == state then
-      H.kept[H.key(spot)] = true
-      H.mark_kept(H.buf(), spot)
+      H.mark_kept(state)
     end
   end)
   H.step(1)
 end
 
---- composer/reviewHunks with `picks`, its refusals shown; `done(result)` when it answered.
+--- composer/reviewHunks with `picks`, its refusals shown; `done(result)` when it answered. The
+--- buffer is busy from now until `done` (or the re-list it starts) clears it.
 function H.review(state, picks, done)
+  state.busy = true
   local params = vim.tbl_extend('force', {
     sessionId = state.session_id,
     checkpointId = state.checkpoint,
@@ -213,12 +294,17 @@ function H.review(state, picks, done)
   end)
 end
 
---- Lists `state`'s changes again, the cursor kept on its line (clamped).
+--- Lists `state`'s changes again, the cursor kept on its line (clamped); busy until answered.
 function H.relist(state)
   local buf = H.buf()
   local win = vim.fn.bufwinid(buf)
   local line = win ~= -1 and vim.api.nvim_win_get_cursor(win)[1] or 1
-  H.list(state.client, state.session_id, function(ok)
+  state.busy = true
+  H.list(state, function(ok)
+    state.busy = false
+    if H.state ~= state then
+      return
+    end
     win = vim.fn.bufwinid(buf)
     if ok and win ~= -1 then
       vim.api.nvim_win_set_cursor(win, { math.min(line, vim.api.nvim_buf_line_count(buf)), 0 })
@@ -228,7 +314,7 @@ end
 
 --- `R`: lists the changes again.
 function Changes.refresh()
-  if H.state then
+  if H.state and H.ready(H.state) then
     H.relist(H.state)
   end
 end
@@ -239,6 +325,12 @@ function Changes.jump()
   local spot = H.spot()
   if not spot then
     return
+  end
+  if spot.status == 'deleted' then
+    return H.notify(
+      ('%s was deleted by the turn; u brings it back'):format(spot.path),
+      vim.log.levels.INFO
+    )
   end
   local buf = H.buf()
   local cursor = vim.api.nvim_win_get_cursor(0)[1]

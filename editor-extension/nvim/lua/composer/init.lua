@@ -94,6 +94,10 @@ function Composer.prompt(text, client)
     end
     H.chat().text(text, 'user')
     H.running[session_id] = client.id
+    local changes = package.loaded['composer.changes']
+    if changes then
+      changes.turn_started(session_id) -- a listing of this session's last turn is out of date
+    end
     local params = { sessionId = session_id, prompt = { { type = 'text', text = text } } }
     client:request('session/prompt', params, function(err, result)
       H.done(session_id, err, result)
