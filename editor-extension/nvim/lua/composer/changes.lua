@@ -225,15 +225,23 @@ function H.spot()
   return spot or nil
 end
 
+--- The listing's state, the hunk under the cursor and its pick ({path, index, digest}) when a
+--- request about it may go out now; nothing (and a message) otherwise.
+function H.pick()
+  local spot = H.spot()
+  if not spot or not H.ready(H.state) then
+    return nil
+  end
+  return H.state, spot, { path = spot.path, index = spot.index, digest = spot.digest }
+end
+
 --- `u`: undoes the hunk under the cursor (its lines go back to what they were before the turn;
 --- every other line stays), then lists the changes again, as the indices after it shift.
 function Changes.undo()
-  local spot = H.spot()
-  if not spot or not H.ready(H.state) then
+  local state, spot, pick = H.pick()
+  if not state then
     return
   end
-  local state = H.state
-  local pick = { path = spot.path, index = spot.index, digest = spot.digest }
   H.review(state, { undo = { pick } }, function(result)
     if type(result.undone) == 'table' and #result.undone > 0 then
       H.notify(('undid a change to %s'):format(spot.path), vim.log.levels.INFO)
@@ -245,12 +253,10 @@ end
 --- `K`: keeps the hunk under the cursor (tells the server it was right), moves on, and marks it
 --- once the server took it; a refused keep lists the changes again instead.
 function Changes.keep()
-  local spot = H.spot()
-  if not spot or not H.ready(H.state) then
+  local state, spot, pick = H.pick()
+  if not state then
     return
   end
-  local state = H.state
-  local pick = { path = spot.path, index = spot.index, digest = spot.digest }
   H.review(state, { keep = { pick } }, function(result)
     local kept = false
     for _, taken in ipairs(type(result.kept) == 'table' and result.kept or {}) do
