@@ -89,12 +89,15 @@ class EditorEdits:
 
     async def apply(self, path: str, old_text: str | None, new_text: str, version: int | None) -> bool:
         uri = (self.root / path).as_uri()
-        doc = await self._settled(uri)
+        doc, waited = await self._settled(uri)
         current = doc.source if old_text is None else old_text
         if doc.version is not None and version is not None and doc.version != version:
             return False  # the buffer moved on since the agent read it
+        if waited and old_text is not None and doc.source != old_text:
+            return False  # the report of our last edit brought the person's typing too: read again
+        named = doc.version  # pygls moves `doc` on in place when a didChange comes during the request
         edit = types.TextDocumentEdit(
-            text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=doc.version),
+            text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=named),
             edits=[text_edit(current, new_text, self.encoding)],
         )
         params = types.ApplyWorkspaceEditParams(edit=types.WorkspaceEdit(document_changes=[edit]),
@@ -102,15 +105,16 @@ class EditorEdits:
         result = await self.server.workspace_apply_edit_async(params)
         if not result.applied:
             log.info("editor refused the edit to %s: %s", path, result.failure_reason)
-        elif doc.version is not None:
-            self._sent[uri] = doc.version
+        elif named is not None:
+            self._sent[uri] = named
         return bool(result.applied)
 
-    async def _settled(self, uri: str) -> Any:
-        """The document, once the editor has reported our last edit of it (or SETTLE_S passed)."""
+    async def _settled(self, uri: str) -> tuple[Any, bool]:
+        """The document, once the editor has reported our last edit of it (or SETTLE_S passed),
+        and whether there was a report to wait for."""
         doc, sent = self.server.workspace.get_text_document(uri), self._sent.pop(uri, None)
         deadline = time.monotonic() + SETTLE_S
         while sent is not None and doc.version == sent and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
             doc = self.server.workspace.get_text_document(uri)
-        return doc
+        return doc, sent is not None
