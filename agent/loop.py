@@ -431,7 +431,7 @@ class Agent:
                 await self.flush_events()  # the person sees what led to the question first
                 proposal = await self._proposal(call)
                 answer, revised = unpack(await self.ask(proposal, decision))
-                revision = Revision.of(proposal, revised, self.ctx.workspace)
+                revision = Revision.of(call.name, proposal, revised, self.ctx.workspace)
                 if revision is not None:
                     self._revisions[call.id] = revision
             answers.append(answer)

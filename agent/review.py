@@ -13,7 +13,9 @@ The file may have changed while the person reviewed (they typed elsewhere in it,
 ran): their revision is then merged into the file as it is now, line by line (`merge3`), and a
 revision that overlaps such a change is refused with the file untouched, never written over it.
 The model is told what the person changed, as a diff from its proposal, so its next step starts
-from the file as it is; the session log keeps that diff (a human correction, for training).
+from the file as it is; the session log keeps that diff and the call that would have written the
+person's version (`corrected_call`): a human correction, which training/data.py turns into a
+demonstration.
 
 Tests: .venv/bin/python -m pytest tests/agent/test_review.py
 """
@@ -52,13 +54,14 @@ class Revision:
     """An accepted edit the person changed: the file's text when they were asked (None: a new
     file), the model's proposal, and theirs."""
 
+    tool: str
     path: str
     base: str | None
     proposed: str
     revised: str
 
     @classmethod
-    def of(cls, proposal: dict[str, Any], revised: str | None, workspace: Any) -> Revision | None:
+    def of(cls, tool: str, proposal: dict[str, Any], revised: str | None, workspace: Any) -> Revision | None:
         """The revision of the one diff `proposal` (an ACP ToolCallUpdate) showed; None when the
         person changed nothing or the question showed no diff to change."""
         diffs = [c for c in proposal.get("content") or [] if isinstance(c, dict) and c.get("type") == "diff"]
@@ -72,7 +75,7 @@ class Revision:
             path = workspace.relative(diff["path"])
         except WorkspaceError:  # the path changed meaning since it was asked (a swapped link):
             return None         # the model's call then fails on it and writes nothing
-        return cls(path, diff.get("oldText"), diff["newText"], revised)
+        return cls(tool, path, diff.get("oldText"), diff["newText"], revised)
 
 
 def _line_endings_kept(proposed: str, revised: str) -> str:
@@ -143,6 +146,33 @@ def merge3(base: str, current: str, revised: str) -> str | None:
     return "".join(out + lines[0][at:])
 
 
+def corrected_call(revision: Revision) -> dict[str, Any]:
+    """The call that writes the person's version from the text the model was asked about: the
+    demonstration training takes from a correction (training/data.py). For an edit, the lines
+    between the equal head and tail, widened by a line below, then above, until the quote is
+    unique in the file, as the warm start's demonstrations quote (training/demos.py)."""
+    path, base, revised = revision.path, revision.base, revision.revised
+    if revision.tool == "write_file":
+        return {"name": "write_file", "arguments": {"path": path, "content": revised}}
+    if base is None:
+        return {"name": "edit_file", "arguments": {"path": path, "old_string": "", "new_string": revised}}
+    old, new = base.splitlines(keepends=True), revised.splitlines(keepends=True)
+    lo, tail = equal_ends(old, new)
+    end_old, end_new = len(old) - tail, len(new) - tail
+    while True:
+        quote, replacement = "".join(old[lo:end_old]), "".join(new[lo:end_new])
+        if quote.endswith("\n") and replacement.endswith("\n"):  # whole lines, quoted as read: no last break
+            quote, replacement = quote[:-1], replacement[:-1]
+        if quote.strip() and base.find(quote) == base.rfind(quote):  # once, overlaps counted
+            return {"name": "edit_file", "arguments": {"path": path, "old_string": quote, "new_string": replacement}}
+        if lo == 0 and end_old == len(old):  # no quote of it is unique: the whole file, written
+            return {"name": "write_file", "arguments": {"path": path, "content": revised}}
+        if end_old < len(old) and (end_old - lo <= 1 or lo == 0):
+            end_old, end_new = end_old + 1, end_new + 1
+        else:
+            lo -= 1
+
+
 async def apply_revision(ctx: ToolContext, revision: Revision) -> ToolResult:
     """Writes the person's revision of an accepted edit (merged with what changed meanwhile) and
     tells the model how it differs from its proposal. Refuses, writing nothing, when the file
@@ -159,7 +189,8 @@ async def apply_revision(ctx: ToolContext, revision: Revision) -> ToolResult:
     else:
         target = None
     user_diff = unified_diff(rel, revision.proposed, revision.revised)
-    data: dict[str, Any] = {"path": rel, "revised_by_user": True, "user_diff": user_diff}
+    data: dict[str, Any] = {"path": rel, "revised_by_user": True, "user_diff": user_diff,
+                            "corrected_call": corrected_call(revision)}
     if target is None:
         return ToolResult(
             error=f"the user accepted this edit with changes of their own, but {rel} changed in the same "

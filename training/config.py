@@ -120,7 +120,9 @@ class RolloutConfig:
     vllm_urls: tuple[str, ...] = ()
     """vLLM OpenAI-compatible servers for backend=vllm."""
     replay_logs: tuple[str, ...] = ()
-    """Datasets built by `python -m training.data build` mixed into the buffer (logged sessions)."""
+    """Datasets built by `python -m training.data build` (logged sessions and the person's
+    corrections of edits): they join the warm start's demonstrations, and each RL update trains on
+    the next `group_size` of them, by reward-filtered likelihood (training/logged.py)."""
     guided: float = 0.0
     """Share of jobs whose attempts start at the task's edit: the gold script plays the turns
     before it (grep, read) as untrained context, the model the rest (training/guided.py)."""

@@ -10,6 +10,8 @@ writes DATASET (a new directory, written beside it and renamed into place when c
   trajectories.jsonl   one on-policy trajectory segment per line (training/trajectories.py)
   off_policy.jsonl     segments that must not be mixed in as on-policy: another model than
                        --policy-model, text-only calls, or completions without comparable logprobs
+  corrections.jsonl    the person's corrections of the model's edits (training/corrections.py):
+                       a model call's context ids and the reply it should have written
   manifest.json        the format, the filters, the counts, and every session, segment or call
                        left out with the reason
 
@@ -23,7 +25,9 @@ for the whole segment when no call logged routing), `calls` (per call: call_id, 
 completion_start, end, weight_version, sampler, finish_reason, forced count, masked reason),
 `weight_versions`, `outcomes` (the session's outcome records: signal, value, source, call_id,
 path, detail), `reward` (the last numeric `reward` outcome, else null) and `off_policy` (null or
-the reason).
+the reason). A correction line has the session's fields, `token_ids` (the context only),
+`correction` (the reply's `text` and `tool_calls`, the corrected one in place), reward 1 and
+`off_policy` set; `--rollout.replay-logs DATASET` (training/logged.py) trains on all three files.
 
 Left out by default: sessions of the benchmark's held-out tasks (a header `task_id` that is an
 `instance_id` in training/data/suites/*-heldout.jsonl; --include-heldout keeps them), version 1
@@ -48,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.session_log import SessionLogWarning, read_session
+from training.corrections import correction_lines
 from training.trajectories import Segment, session_segments
 
 FORMAT = "composer-trajectories"
@@ -149,6 +154,9 @@ def session_lines(path: Path, records: list[dict[str, Any]], f: Filters,
     if not segments and not calls:
         dropped.append({**where, "reason": "no model calls"})
     model = header["model"].get("id") if isinstance(header.get("model"), dict) else None
+    session = {"session_id": session_id, "log": str(path), "workspace": header.get("workspace"), "model": model,
+               "task_id": header.get("task_id"), "outcomes": outcomes}
+    yield from correction_lines(records, segments, session)
     for index, segment in enumerate(segments):
         why = _segment_drop(segment, f)
         if why is not None:
@@ -181,7 +189,8 @@ def build(log_dir: Path, out: Path, f: Filters) -> dict[str, Any]:
     dropped: list[dict[str, Any]] = []
     counts: Counter[str] = Counter()
     try:
-        with open(tmp / "trajectories.jsonl", "w") as on, open(tmp / "off_policy.jsonl", "w") as off:
+        with open(tmp / "trajectories.jsonl", "w") as on, open(tmp / "off_policy.jsonl", "w") as off, \
+                open(tmp / "corrections.jsonl", "w") as fixes:
             for path in _logs(log_dir):
                 counts["logs"] += 1
                 with warnings.catch_warnings(record=True) as torn:
@@ -193,6 +202,10 @@ def build(log_dir: Path, out: Path, f: Filters) -> dict[str, Any]:
                         continue
                 dropped.extend({"log": str(path), "reason": "torn line skipped", "detail": str(w.message)} for w in torn)
                 for line in session_lines(path, records, f, dropped):
+                    if "correction" in line:
+                        counts["corrections"] += 1
+                        fixes.write(json.dumps(line, separators=(",", ":")) + "\n")
+                        continue
                     kind = "off_policy" if line["off_policy"] else "on_policy"
                     counts[f"{kind}_segments"] += 1
                     counts[f"{kind}_tokens"] += len(line["token_ids"])
@@ -200,7 +213,8 @@ def build(log_dir: Path, out: Path, f: Filters) -> dict[str, Any]:
                     (off if line["off_policy"] else on).write(json.dumps(line, separators=(",", ":")) + "\n")
         manifest = {
             "format": FORMAT, "version": FORMAT_VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "source": str(log_dir.resolve()), "files": {"on_policy": "trajectories.jsonl", "off_policy": "off_policy.jsonl"},
+            "source": str(log_dir.resolve()), "files": {"on_policy": "trajectories.jsonl", "off_policy": "off_policy.jsonl",
+                                                          "corrections": "corrections.jsonl"},
             "logprob_convention": "sampling: log_softmax(logits / T), T = 1 when greedy, before top-p and the tool-call constraint",
             "filters": {"workspace": f.workspace, "model": f.model, "weight_versions": sorted(map(str, f.weight_versions)),
                         "min_weight_version": f.min_weight_version,
@@ -223,7 +237,7 @@ def report(manifest: dict[str, Any]) -> str:
     counts = manifest["counts"]
     lines = [f"read {counts.get('logs', 0)} logs: {counts.get('on_policy_segments', 0)} on-policy segments "
              f"({counts.get('on_policy_trainable_tokens', 0)} trainable of {counts.get('on_policy_tokens', 0)} tokens), "
-             f"{counts.get('off_policy_segments', 0)} off-policy"]
+             f"{counts.get('off_policy_segments', 0)} off-policy, {counts.get('corrections', 0)} corrections"]
     lines += [f"  dropped {n}: {reason}" for reason, n in sorted(manifest["dropped_by_reason"].items())]
     return "\n".join(lines)
 

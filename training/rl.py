@@ -7,7 +7,10 @@
 Independent parts joined by a bounded buffer (training/buffer.py): rollout workers run jobs
 through a source (training/rollout.py) while the trainer (training/trainer.py) consumes groups
 and pushes new weights (training/weights.py). Before RL, `train.warm_start_steps` supervised
-updates on demonstrations go through the same loss (its off-policy likelihood term).
+updates on demonstrations go through the same loss (its off-policy likelihood term). Logged
+sessions (`--rollout.replay-logs DATASET`, training/logged.py: editor sessions, the person's
+corrections of edits) join the demonstrations, and each RL update trains on the next
+`rollout.group_size` of them too, by the same likelihood term.
 
 A run directory (`--checkpoint.dir`) holds `config.json`, the group journal `groups.jsonl`,
 `metrics.jsonl`, TensorBoard events in `tb/`, `checkpoints/` and, at the end, the merged model
@@ -32,6 +35,8 @@ from training.buffer import Group, StalenessBuffer
 from training.checkpoint import Checkpointer, export_model
 from training.config import PRESETS, RLConfig
 from training.distributed import broadcast_groups, end_rank, init_from_env, shard_model
+from training.logged import logged_samples
+from training.logged import take as take_logged
 from training.lora import save_adapter
 from training.memory import release_freed_memory
 from training.metrics import RunLog, plot_run
@@ -54,6 +59,8 @@ class Run:
     buffer: StalenessBuffer | None = None
     log: RunLog | None = None
     group: dist.ProcessGroup | None = None
+    logged: list = dataclasses.field(default_factory=list)
+    """Samples of the logged sessions in `rollout.replay_logs` (training/logged.py), rank 0's."""
 
     @property
     def leader(self) -> bool:
@@ -109,6 +116,7 @@ def setup(config: RLConfig) -> Run:
         run.source = make_source(config, tokenizer, model.config, run_dir)
         asyncio.run(run.source.sync(weights, trainer.step))
         run.log = RunLog(run_dir, start_step=trainer.step)
+        run.logged = logged_samples(config.rollout.replay_logs, tokenizer)
     return run
 
 
@@ -137,7 +145,7 @@ def warm_start(run: Run, progress) -> None:
     cfg = run.config
     if cfg.train.warm_start_steps <= run.trainer.step:
         return
-    demos = demonstrations(run)
+    demos = demonstrations(run) + run.logged
     size = cfg.train.warm_start_batch or cfg.rollout.tasks_per_step * cfg.rollout.group_size
     while run.trainer.step < cfg.train.warm_start_steps:
         start = (run.trainer.step * size) % len(demos)
@@ -224,7 +232,10 @@ async def reinforce(run: Run, progress) -> None:
                 if failures:
                     take.cancel()
                     raise failures[0]
-            groups = broadcast_groups(take.result(), run.group)
+            taken = take.result()
+            if run.logged:  # the logged sessions' next samples, a group of their own
+                taken = [*taken, Group(-1, run.buffer.version, take_logged(run.logged, run.trainer.step, cfg.rollout.group_size))]
+            groups = broadcast_groups(taken, run.group)
             metrics = await asyncio.to_thread(run.trainer.update, groups, run.trainer.step)
             metrics["staleness"] = sum(run.buffer.version - g.version for g in groups) / len(groups)
             weights = await asyncio.to_thread(sync_tensors, run.trainer.model)

@@ -68,6 +68,8 @@ async def test_the_person_s_text_is_written_and_the_model_told_how_it_differs(tm
     [call] = [r for r in records if r["type"] == "tool_call"]
     assert permission["revised"] is True and permission["outcome"] == "allow_once"
     assert "+    return abs(w * h)" in call["data"]["user_diff"] and call["status"] == "completed"
+    assert call["data"]["corrected_call"] == {"name": "edit_file", "arguments": {
+        "path": "shape.py", "old_string": "    return w + h", "new_string": "    return abs(w * h)"}}
 
 
 async def test_a_change_made_while_the_person_reviewed_is_kept(tmp_path):
@@ -137,11 +139,11 @@ def test_lines_the_person_left_alone_keep_their_line_breaks():
 
     mixed = "a = 1\nb = 2\r\nc = 3\n"
     proposal = {"content": [{"type": "diff", "path": "m.py", "oldText": mixed, "newText": mixed.replace("3", "4")}]}
-    revision = Revision.of(proposal, "a = 1\r\nb = 2\r\nc = 5\r\n", Root())
+    revision = Revision.of("edit_file", proposal, "a = 1\r\nb = 2\r\nc = 5\r\n", Root())
     assert revision.revised == "a = 1\nb = 2\r\nc = 5\r\n"
     crlf = {"content": [{"type": "diff", "path": "w.py", "oldText": "a\r\n", "newText": "b\r\n"}]}
-    assert Revision.of(crlf, "c\n", Root()).revised == "c\r\n"
-    assert Revision.of(crlf, "b\n", Root()) is None  # only the breaks differ: no revision
+    assert Revision.of("edit_file", crlf, "c\n", Root()).revised == "c\r\n"
+    assert Revision.of("edit_file", crlf, "b\n", Root()) is None  # only the breaks differ: no revision
 
 
 async def test_a_revision_the_editor_refuses_fails_the_call_not_the_turn(tmp_path):
@@ -177,3 +179,25 @@ def test_a_revision_of_the_file_as_it_now_is_merges_to_itself_or_is_refused():
         revised.insert(rng.randint(0, len(now)), "EXTRA")
         b, x, r = ("".join(f"{c.strip()}\n" for c in t) for t in (base, now, revised))
         assert merge3(b, x, r) in (r, None), (b, x, r)
+
+
+def test_the_corrected_call_writes_the_person_s_version_from_what_the_model_saw():
+    import random
+
+    from agent.review import Revision, corrected_call
+
+    rng = random.Random(1)
+    for _ in range(500):
+        base = "".join(rng.choice(["x = 1\n", "y = 2\n", "\n", "z = 3\n"]) for _ in range(rng.randint(1, 8)))
+        lines = base.splitlines(keepends=True)
+        at = rng.randrange(len(lines) + 1)
+        revised = "".join([*lines[:at], rng.choice(["x = 9\n", "w = 0\n"]), *lines[at + rng.randint(0, 1):]])
+        if revised == base:
+            continue
+        call = corrected_call(Revision("edit_file", "f.py", base, base, revised))
+        args = call["arguments"]
+        if call["name"] == "write_file":  # only when no quote of the file is unique
+            assert args["content"] == revised
+            continue
+        assert base.find(args["old_string"]) == base.rfind(args["old_string"]), (base, revised, call)
+        assert base.replace(args["old_string"], args["new_string"], 1) == revised, (base, revised, call)

@@ -137,3 +137,26 @@ EXPECTED_FLAGS = [
     "train.warm-start-tasks", "train.endpoint", "train.endpoint-model", "train.device",
     "checkpoint.dir", "checkpoint.every", "checkpoint.keep", "checkpoint.resume", "checkpoint.no-resume",
 ]
+
+
+def test_logged_sessions_join_every_rl_update_by_likelihood(tmp_path):
+    # --rollout.replay-logs: a dataset line (a logged session of the toy task, reward 1) trains
+    # in each RL update beside the rollouts, through the off-policy likelihood term only.
+    import json
+
+    from training.toy import byte_tokenizer, demonstrations
+
+    demo = demonstrations(byte_tokenizer())[0]
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "manifest.json").write_text("{}")
+    (data / "trajectories.jsonl").write_text(json.dumps({
+        "token_ids": demo.tokens, "loss_mask": [int(m) for m in demo.mask], "logprobs": [None] * len(demo.tokens),
+        "reward": 1.0}) + "\n")
+    sft = {}
+    for arm, logs in (("without", ()), ("with", (str(data),))):
+        config = replace_in(debug(), checkpoint={"dir": str(tmp_path / arm), "every": 100},
+                            train={"steps": 2, "warm_start_steps": 0}, rollout={"replay_logs": logs})
+        train(config)
+        sft[arm] = [r["sft_tokens"] for r in read_metrics(tmp_path / arm / "metrics.jsonl")]
+    assert sft["without"] == [0.0, 0.0] and all(t == sum(demo.mask) for t in sft["with"]), sft
