@@ -146,6 +146,10 @@ def merge3(base: str, current: str, revised: str) -> str | None:
     return "".join(out + lines[0][at:])
 
 
+QUOTE_LINES = 40
+"""A corrected edit quotes at most this many lines; past that (lines that repeat) it writes the file."""
+
+
 def corrected_call(revision: Revision) -> dict[str, Any]:
     """The call that writes the person's version from the text the model was asked about: the
     demonstration training takes from a correction (training/data.py). For an edit, the lines
@@ -154,7 +158,9 @@ def corrected_call(revision: Revision) -> dict[str, Any]:
     path, base, revised = revision.path, revision.base, revision.revised
     if revision.tool == "write_file":
         return {"name": "write_file", "arguments": {"path": path, "content": revised}}
-    if base is None:
+    if base is None:  # a new file; emptied by the person, it is written empty
+        if not revised:
+            return {"name": "write_file", "arguments": {"path": path, "content": ""}}
         return {"name": "edit_file", "arguments": {"path": path, "old_string": "", "new_string": revised}}
     old, new = base.splitlines(keepends=True), revised.splitlines(keepends=True)
     lo, tail = equal_ends(old, new)
@@ -165,7 +171,7 @@ def corrected_call(revision: Revision) -> dict[str, Any]:
             quote, replacement = quote[:-1], replacement[:-1]
         if quote.strip() and base.find(quote) == base.rfind(quote):  # once, overlaps counted
             return {"name": "edit_file", "arguments": {"path": path, "old_string": quote, "new_string": replacement}}
-        if lo == 0 and end_old == len(old):  # no quote of it is unique: the whole file, written
+        if (lo == 0 and end_old == len(old)) or end_old - lo > QUOTE_LINES:  # no short unique quote
             return {"name": "write_file", "arguments": {"path": path, "content": revised}}
         if end_old < len(old) and (end_old - lo <= 1 or lo == 0):
             end_old, end_new = end_old + 1, end_new + 1
@@ -190,7 +196,7 @@ async def apply_revision(ctx: ToolContext, revision: Revision) -> ToolResult:
         target = None
     user_diff = unified_diff(rel, revision.proposed, revision.revised)
     data: dict[str, Any] = {"path": rel, "revised_by_user": True, "user_diff": user_diff,
-                            "corrected_call": corrected_call(revision)}
+                            "corrected_call": await asyncio.to_thread(corrected_call, revision)}
     if target is None:
         return ToolResult(
             error=f"the user accepted this edit with changes of their own, but {rel} changed in the same "

@@ -413,8 +413,10 @@ class Workspace:
                     f"the editor refused the edit to {rel} (the user rejected it or the buffer "
                     f"changed meanwhile); read {rel} again, then retry or ask the user"
                 )
-            # The editor reports the new version with its didChange; until then none is known.
-            self._buffers[rel] = _Buffer(raw, None)
+            # The editor reports the new version with its didChange; until then none is known. A
+            # report that came while the edit was answered (with any typing) is the buffer now.
+            if self._buffers.get(rel) is buf:
+                self._buffers[rel] = _Buffer(raw, None)
             return "editor"
         await asyncio.to_thread(self.write_text, rel, new_text)
         if buf is not None:

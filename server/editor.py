@@ -89,12 +89,12 @@ class EditorEdits:
 
     async def apply(self, path: str, old_text: str | None, new_text: str, version: int | None) -> bool:
         uri = (self.root / path).as_uri()
-        doc, waited = await self._settled(uri)
+        doc = await self._settled(uri)
         current = doc.source if old_text is None else old_text
         if doc.version is not None and version is not None and doc.version != version:
             return False  # the buffer moved on since the agent read it
-        if waited and old_text is not None and doc.source != old_text:
-            return False  # the report of our last edit brought the person's typing too: read again
+        if doc.source != current:
+            return False  # the edit's positions are counted in `old_text`, and the buffer holds more (typing)
         named = doc.version  # pygls moves `doc` on in place when a didChange comes during the request
         edit = types.TextDocumentEdit(
             text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=named),
@@ -109,12 +109,11 @@ class EditorEdits:
             self._sent[uri] = named
         return bool(result.applied)
 
-    async def _settled(self, uri: str) -> tuple[Any, bool]:
-        """The document, once the editor has reported our last edit of it (or SETTLE_S passed),
-        and whether there was a report to wait for."""
+    async def _settled(self, uri: str) -> Any:
+        """The document, once the editor has reported our last edit of it (or SETTLE_S passed)."""
         doc, sent = self.server.workspace.get_text_document(uri), self._sent.pop(uri, None)
         deadline = time.monotonic() + SETTLE_S
         while sent is not None and doc.version == sent and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
             doc = self.server.workspace.get_text_document(uri)
-        return doc, sent is not None
+        return doc

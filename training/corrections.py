@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from training.buffer import Sample
@@ -41,21 +41,25 @@ def _call(entry: dict[str, Any]) -> dict[str, Any]:
     return {"name": function["name"], "arguments": arguments}
 
 
-def correction_lines(records: list[dict[str, Any]], segments: list[Segment],
-                     session_line: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """A dataset line per corrected edit whose model call is in `segments`: the call's context
-    ids and the corrected reply (`correction`: text and calls), beside `session_line`'s fields."""
+def correction_lines(records: list[dict[str, Any]], segments: list[Segment], session_line: dict[str, Any],
+                     usable: Callable[[Segment], bool] = lambda segment: True) -> Iterator[dict[str, Any]]:
+    """A dataset line per model call with corrected edits, in a segment that is `usable`: the
+    call's context ids and the corrected reply (`correction`: its text and calls, every corrected
+    one in place), beside `session_line`'s fields."""
     replies = {r.get("call_id"): r for r in records if r.get("type") == "model_call"}
     found = {c["call_id"]: (i, c) for i, seg in enumerate(segments) for c in seg.calls}
+    fixes: dict[str, dict[str, dict[str, Any]]] = {}
     for record in records:
         fix = (record.get("data") or {}).get("corrected_call") if record.get("type") == "tool_call" else None
-        made_by = record.get("model_call_id")
-        if not isinstance(fix, dict) or made_by not in found or made_by not in replies:
+        if isinstance(fix, dict):
+            fixes.setdefault(record.get("model_call_id"), {})[record["call_id"]] = fix
+    for made_by, fixed in fixes.items():
+        if made_by not in found or made_by not in replies or not usable(segments[found[made_by][0]]):
             continue
         index, entry = found[made_by]
         reply = replies[made_by]
-        calls = [fix if c.get("id") == record["call_id"] else _call(c) for c in reply.get("tool_calls") or []]
-        yield {**session_line, "id": f"{session_line['session_id']}:{index}:correction:{record['call_id']}",
+        calls = [fixed.get(c.get("id")) or _call(c) for c in reply.get("tool_calls") or []]
+        yield {**session_line, "id": f"{session_line['session_id']}:{index}:correction:{made_by}",
                "start_reason": "correction", "token_ids": segments[index].token_ids[:entry["completion_start"]],
                "correction": {"text": reply.get("text") or "", "tool_calls": calls},
                "reward": REWARD, "off_policy": OFF_POLICY}

@@ -105,7 +105,7 @@ def _session_drop(header: dict[str, Any], outcomes: list[dict[str, Any]], f: Fil
     return None
 
 
-def _segment_drop(segment: Segment, f: Filters) -> dict[str, str] | None:
+def _version_drop(segment: Segment, f: Filters) -> dict[str, str] | None:
     versions = {c["weight_version"] for c in segment.calls}
     shown = ", ".join(sorted(map(str, versions)))
     if f.weight_versions and not versions <= f.weight_versions:
@@ -113,6 +113,12 @@ def _segment_drop(segment: Segment, f: Filters) -> dict[str, str] | None:
     if f.min_weight_version is not None and any(
             not isinstance(v, int) or v < f.min_weight_version for v in versions):
         return {"reason": "weight version too old", "detail": shown}
+    return None
+
+
+def _segment_drop(segment: Segment, f: Filters) -> dict[str, str] | None:
+    if (why := _version_drop(segment, f)) is not None:
+        return why
     if not segment.trainable:
         return {"reason": "no token to train on", "detail": segment.start_reason or ""}
     return None
@@ -156,7 +162,10 @@ def session_lines(path: Path, records: list[dict[str, Any]], f: Filters,
     model = header["model"].get("id") if isinstance(header.get("model"), dict) else None
     session = {"session_id": session_id, "log": str(path), "workspace": header.get("workspace"), "model": model,
                "task_id": header.get("task_id"), "outcomes": outcomes}
-    yield from correction_lines(records, segments, session)
+    # A correction's context is the logged ids and its reply the trainer's tokenizer's: only where
+    # those are one model's tokens (not a server's text-only prompt, not another model).
+    yield from correction_lines(records, segments, session, lambda seg: _version_drop(seg, f) is None
+                                and not seg.text_only and (f.policy_model is None or model == f.policy_model))
     for index, segment in enumerate(segments):
         why = _segment_drop(segment, f)
         if why is not None:

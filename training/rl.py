@@ -60,7 +60,7 @@ class Run:
     log: RunLog | None = None
     group: dist.ProcessGroup | None = None
     logged: list = dataclasses.field(default_factory=list)
-    """Samples of the logged sessions in `rollout.replay_logs` (training/logged.py), rank 0's."""
+    """Samples of the logged sessions in `rollout.replay_logs` (training/logged.py), on every rank."""
 
     @property
     def leader(self) -> bool:
@@ -116,7 +116,7 @@ def setup(config: RLConfig) -> Run:
         run.source = make_source(config, tokenizer, model.config, run_dir)
         asyncio.run(run.source.sync(weights, trainer.step))
         run.log = RunLog(run_dir, start_step=trainer.step)
-        run.logged = logged_samples(config.rollout.replay_logs, tokenizer)
+    run.logged = logged_samples(config.rollout.replay_logs, tokenizer)  # every rank: the warm start's batches
     return run
 
 

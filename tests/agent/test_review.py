@@ -201,3 +201,5 @@ def test_the_corrected_call_writes_the_person_s_version_from_what_the_model_saw(
             continue
         assert base.find(args["old_string"]) == base.rfind(args["old_string"]), (base, revised, call)
         assert base.replace(args["old_string"], args["new_string"], 1) == revised, (base, revised, call)
+    emptied = corrected_call(Revision("edit_file", "new.py", None, "x = 1\n", ""))
+    assert emptied == {"name": "write_file", "arguments": {"path": "new.py", "content": ""}}  # never an "identical" edit

@@ -65,3 +65,24 @@ async def test_a_late_report_is_waited_for_and_typing_in_it_refuses_the_edit():
     assert not await sink.apply("far.py", first, first.replace("v8 = 8", "v8 = 80"), None)
     await asyncio.sleep(0.15)
     assert typing.doc.source == "# typed\n" + first  # nothing landed on the wrong line
+
+
+async def test_typing_reported_before_the_answer_is_what_the_agent_reads_and_edits(tmp_path):
+    from agent.workspace import Workspace
+
+    stand_in = StandInEditor()
+    (tmp_path / "far.py").write_text(TEXT)
+    workspace = Workspace(tmp_path, edit_sink=EditorEdits(stand_in, tmp_path))
+    workspace.set_buffer("far.py", TEXT, 1)
+
+    def report(text: str) -> None:  # the person typed a line; the didChange reaches the workspace
+        stand_in.doc.version, stand_in.doc.source = stand_in.doc.version + 1, "# typed\n" + text
+        workspace.set_buffer("far.py", stand_in.doc.source, stand_in.doc.version)
+
+    stand_in._report = report
+    await workspace.apply_text("far.py", TEXT.replace("v1 = 1\n", "v1 = 10\n"))
+    seen = workspace.read_text("far.py")
+    assert seen.startswith("# typed\n")  # not the agent's own expectation without the typing
+    stand_in._report = lambda text: StandInEditor._report(stand_in, text)
+    await workspace.apply_text("far.py", seen.replace("v8 = 8\n", "v8 = 80\n"))
+    assert stand_in.doc.source == "# typed\n" + TEXT.replace("v1 = 1\n", "v1 = 10\n").replace("v8 = 8\n", "v8 = 80\n")

@@ -25,15 +25,17 @@ BASE = "def area(w, h):\n    return w + h\n"
 EDIT = ToolCall("edit_file", {"path": "shape.py", "old_string": "return w + h", "new_string": "return w * h"})
 
 
-async def _corrected_session(tmp_path):
+async def _corrected_session(tmp_path, calls=(EDIT,)):
+    """A session whose one reply makes `calls`, each edit revised by the person (`abs(...)`)."""
     tokenizer, root = byte_tokenizer(), tmp_path / "ws"
     root.mkdir()
     (root / "shape.py").write_text(BASE)
+    (root / "box.py").write_text(BASE)
 
     async def person(tool_call, decision):
         return Reviewed("allow_once", BASE.replace("w + h", "abs(w * h)"))
 
-    policy = ScriptPolicy(tokenizer, [("Fixing area.", [EDIT]), ("Done.", [])], model_id="composer-mini")
+    policy = ScriptPolicy(tokenizer, [("Fixing area.", list(calls)), ("Done.", [])], model_id="composer-mini")
     log = SessionLog.open(root, model={"id": "composer-mini"}, sampler={}, tools=[], system_prompt="sys",
                           log_dir=tmp_path / "logs", tokenizer=tokenizer)
     agent = Agent(policy, ToolRegistry(file_tools()), ToolContext(Workspace(root)), system="sys",
@@ -80,3 +82,18 @@ def test_logged_lines_train_off_policy_in_a_fixed_order(tmp_path):
     assert samples[0].reward == 0.5 and math.isnan(samples[1].reward)  # no reward: masked, never zero
     assert take(samples, 0, 1) == [samples[0]] and take(samples, 1, 1) == [samples[1]] and take(samples, 2, 1) == [samples[0]]
     assert len(take(samples, 5, 3)) == 2  # never more than there are
+
+
+async def test_a_reply_with_two_corrected_edits_is_one_demonstration_with_both(tmp_path):
+    box = ToolCall("edit_file", {"path": "box.py", "old_string": "return w + h", "new_string": "return w - h"})
+    await _corrected_session(tmp_path, (EDIT, box))
+    build(tmp_path / "logs", tmp_path / "data", Filters())
+    [line] = [json.loads(t) for t in (tmp_path / "data" / "corrections.jsonl").read_text().splitlines()]
+    assert [c["arguments"]["new_string"] for c in line["correction"]["tool_calls"]] == ["    return abs(w * h)"] * 2
+
+
+async def test_corrections_follow_the_dataset_s_model_and_version_filters(tmp_path):
+    await _corrected_session(tmp_path)
+    for name, filters in (("other", Filters(policy_model="another-model")), ("versions", Filters(min_weight_version=5))):
+        manifest = build(tmp_path / "logs", tmp_path / name, filters)
+        assert manifest["counts"].get("corrections", 0) == 0, name
