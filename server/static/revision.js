@@ -59,6 +59,11 @@ export function revisionEditor(s, item, diffNode) {
     else toggle.focus();
   };
   toggle.addEventListener("click", () => open(panel.hidden));
+  toggle.addEventListener("keydown", (event) => {
+    // Escape closed the editor and left focus here; another must not cancel the turn and drop
+    // the unsent changes with it (the Cancel button still does, deliberately).
+    if (event.key === "Escape" && box.value !== proposal) event.stopPropagation();
+  });
   box.addEventListener("input", () => {
     fitRows(box);
     clearTimeout(timer);

@@ -256,6 +256,11 @@ def test_editing_the_proposal_writes_the_persons_text(page, server: Server, sent
     expect(card.locator(".diff-add")).to_have_text(['+print("goodbye, world")', "+# checked by a person"])
     expect(card.locator(".revision-tag")).to_have_text(" edited by you")
     assert hello.read_text() == GREETING, "the edit reached the file before it was allowed"
+    box.press("Escape")  # closes the editor; focus goes to Edit
+    card.get_by_role("button", name="Edit").press("Escape")  # a second Escape keeps the unsent changes
+    expect(card).not_to_have_attribute("data-outcome", "cancelled")
+    card.get_by_role("button", name="Edit").click()
+    expect(box).to_have_value(mine)
 
     card.locator('button[data-option-id="allow_once"]').click()
     expect(card).to_have_attribute("data-outcome", "allow_once")
