@@ -81,9 +81,16 @@ def logged_session(tmp_path) -> tuple[Path, Path, Path]:
 
 
 def descriptors_of(path: Path) -> list[str]:
-    """This process's open file descriptors on `path`."""
-    return [fd for fd in os.listdir("/proc/self/fd")
-            if os.path.realpath(f"/proc/self/fd/{fd}") == os.path.realpath(path)]
+    """This process's open file descriptors on `path` (one another thread closes while they are
+    listed is not open)."""
+    target, found = os.path.realpath(path), []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == target:
+                found.append(fd)
+        except FileNotFoundError:
+            continue
+    return found
 
 
 def tamper(log: Path, out: Path, change) -> Path:
