@@ -4,6 +4,7 @@ tool calls that may write; rewind restores one.
 
     store = CheckpointStore(Path("repo"))          # store in repo/.composer/checkpoints/
     cp = store.create("before tool batch 3")       # or: await store.acreate(...)
+    cp = store.create("...", buffers=ws.unsaved()) # and the editor's unsaved buffers, by path
     ...                                            # tools edit, `rm -rf`, `mv`, `chmod` ...
     store.diff(cp.id)                              # Changes(added, modified, deleted) vs. now
     store.restore(cp.id)                           # the tree is as it was; a backup is taken first
@@ -20,6 +21,8 @@ Layout (git-like, content-addressed, nothing shared with the user's .git):
       ctime_ns, ino]; kind f|l|d; ref = blob hash | link target | subtree hash). An unchanged
       directory yields the same tree object: a checkpoint of a barely-changed repo is a few objects.
   refs/<id>.json  id, label, created, root tree hash, scan time and counts.
+  buffers/<id>.json.z  the editor's unsaved buffers at that checkpoint ({path: text}, zlib), when
+      there were any: restore hands them back (`buffers(id)`) for the caller to put in the editor.
   lock            the store's lock (agent/store_lock.py); objects are agent/object_store.py's.
 
 Cost: a file's contents are read only when its (size, mtime_ns, ctime_ns, inode) differ from the
@@ -62,7 +65,8 @@ import shutil
 import stat
 import time
 import warnings
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -156,12 +160,13 @@ class CheckpointStore:
 
     # ---- public API -------------------------------------------------------------------------
 
-    def create(self, label: str = "") -> Checkpoint:
-        """Records the workspace as it is now and returns the new checkpoint (published in refs/
-        once all its objects are whole: a full disk raises CheckpointError, losing nothing).
-        Then prunes to `config.keep` when the store holds a tenth more."""
+    def create(self, label: str = "", buffers: Mapping[str, str] | None = None) -> Checkpoint:
+        """Records the workspace as it is now, and `buffers` (an editor's unsaved texts by
+        relative path) beside it, and returns the new checkpoint (published in refs/ once all its
+        objects are whole: a full disk raises CheckpointError, losing nothing). Then prunes to
+        `config.keep` when the store holds a tenth more."""
         with self._lock:
-            cp = self._record(label)
+            cp = self._record(label, buffers or {})
             keep = self.config.keep
             if keep is not None and sum(1 for _ in self._meta.glob("*.json")) > keep + max(1, keep // 10):
                 try:
@@ -170,7 +175,7 @@ class CheckpointStore:
                     warnings.warn(f"checkpoint {cp.id} recorded, but the store was not pruned: {err}", stacklevel=2)
             return cp
 
-    def _record(self, label: str) -> Checkpoint:
+    def _record(self, label: str, buffers: Mapping[str, str]) -> Checkpoint:
         with self._writing("record a checkpoint", "the checkpoints before it are intact"), self._store_lock.shared():
             started = time.perf_counter()
             scanned_ns = time.time_ns()
@@ -181,9 +186,30 @@ class CheckpointStore:
                 bytes=scan.bytes, new_objects=scan.new_objects, new_bytes=scan.new_bytes,
                 seconds=round(time.perf_counter() - started, 4), skipped=tuple(scan.skipped),
             )
+            if buffers:
+                atomic_write(self._buffer_file(cp.id), zlib.compress(json.dumps(dict(buffers)).encode()),
+                             mode=0o600, durable=False)
             atomic_write(self._meta / f"{cp.id}.json", json.dumps(cp.__dict__).encode(), mode=0o644, durable=False)
             self._cache = (cp.id, scanned_ns, scan.flat)
             return cp
+
+    def buffers(self, checkpoint_id: str) -> dict[str, str]:
+        """The editor's unsaved buffers recorded with the checkpoint ({} when none were)."""
+        self.get(checkpoint_id)  # raises for unknown ids
+        try:
+            data = self._buffer_file(checkpoint_id).read_bytes()
+        except FileNotFoundError:
+            return {}
+        try:
+            buffers = json.loads(zlib.decompress(data))
+        except (zlib.error, ValueError) as err:
+            raise CheckpointCorrupt(f"checkpoint {checkpoint_id}'s unsaved buffers are damaged: {err}") from None
+        if not isinstance(buffers, dict) or not all(isinstance(t, str) for t in buffers.values()):
+            raise CheckpointCorrupt(f"checkpoint {checkpoint_id}'s unsaved buffers are not {{path: text}}")
+        return buffers
+
+    def _buffer_file(self, checkpoint_id: str) -> Path:
+        return self.store_dir / "buffers" / f"{checkpoint_id}.json.z"
 
     def create_if_empty(self, label: str = "") -> Checkpoint | None:
         """create(), unless the store holds a checkpoint by the time this one would start."""
@@ -244,14 +270,16 @@ class CheckpointStore:
                 chunks.append(self._file_diff(path, old, new, b is None, context))
         return "".join(chunks)
 
-    def restore(self, checkpoint_id: str, backup: bool = True) -> RestoreResult:
-        """Returns the workspace to the checkpoint: rewrites changed files (atomically), recreates
+    def restore(self, checkpoint_id: str, backup: bool = True,
+                buffers: Mapping[str, str] | None = None) -> RestoreResult:
+        """Returns the disk to the checkpoint: rewrites changed files (atomically), recreates
         deleted ones, deletes what was created since, restores links, directories and modes.
-        Every needed object is verified before anything is touched."""
+        Every needed object is verified before anything is touched. The backup records `buffers`
+        (the unsaved ones now); putting the checkpoint's own back in the editor is the caller's."""
         with self._lock, self._store_lock.shared():
             target = self.get(checkpoint_id)
             if backup:
-                saved = self.create(f"before restore of {checkpoint_id}")
+                saved = self.create(f"before restore of {checkpoint_id}", buffers)
                 current = saved.root
             else:
                 saved, current = None, self._scan(store=False)[1]
@@ -272,6 +300,7 @@ class CheckpointStore:
 
     def _drop_ref(self, checkpoint_id: str) -> None:
         (self._meta / f"{checkpoint_id}.json").unlink(missing_ok=True)  # another store may have
+        self._buffer_file(checkpoint_id).unlink(missing_ok=True)
         if self._cache is not None and self._cache[0] == checkpoint_id:
             self._cache = None
 
@@ -296,15 +325,20 @@ class CheckpointStore:
                 self._mark(cp.root, live)  # first: a damaged store raises with nothing deleted
             for cp in doomed:
                 self._drop_ref(cp.id)
+            kept = {cp.id for cp in checkpoints[len(doomed):]}
+            for orphan in (self.store_dir / "buffers").glob("*.json.z"):  # a record cut short left it
+                if orphan.name.removesuffix(".json.z") not in kept:
+                    orphan.unlink(missing_ok=True)
             objects, freed = self._objects.sweep(live)
             self._trees = {h: t for h, t in self._trees.items() if h in live}
             return PruneResult(len(doomed), objects, freed)
 
-    async def acreate(self, label: str = "") -> Checkpoint:  # the async forms run in a thread
-        return await asyncio.to_thread(self.create, label)
+    async def acreate(self, label: str = "", buffers: Mapping[str, str] | None = None) -> Checkpoint:
+        return await asyncio.to_thread(self.create, label, buffers)  # the async forms run in a thread
 
-    async def arestore(self, checkpoint_id: str, backup: bool = True) -> RestoreResult:
-        return await asyncio.to_thread(self.restore, checkpoint_id, backup)
+    async def arestore(self, checkpoint_id: str, backup: bool = True,
+                       buffers: Mapping[str, str] | None = None) -> RestoreResult:
+        return await asyncio.to_thread(self.restore, checkpoint_id, backup, buffers)
 
     async def adiff(self, a: str, b: str | None = None) -> Changes:
         return await asyncio.to_thread(self.diff, a, b)

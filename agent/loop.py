@@ -185,6 +185,11 @@ class Agent:
             self._model_calls = tokens.calls
             self.stream.restore(tokens.call_id, tokens.ids, tokens.routing_known, tokens.tools, tokens.pending)
 
+    def tell(self, note: str) -> None:
+        """A `[harness]` message the model reads before the next request: what the person did
+        to the workspace between turns (agent/undo_notes.py)."""
+        self.messages.append({"role": "user", "content": note})
+
     # ---- the turn --------------------------------------------------------------------------------
 
     async def run_turn(self, text: str) -> TurnResult:
@@ -409,7 +414,7 @@ class Agent:
         allowed = [not ok or await self._permitted(c) for ok, c in zip(valid, calls)]
         writes = any(ok and fine and not self._read_only(c) for ok, fine, c in zip(allowed, valid, calls))
         if self.checkpoints is not None and writes:
-            checkpoint = await asyncio.to_thread(self.checkpoints.create, checkpoint_label(calls))
+            checkpoint = await self.checkpoints.acreate(checkpoint_label(calls), self.ctx.workspace.unsaved())
             self.last_checkpoint = checkpoint.id
             self._turn_base = self._turn_base or checkpoint.id
             self._log("checkpoint", checkpoint_id=checkpoint.id, label=checkpoint.label)

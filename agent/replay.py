@@ -73,16 +73,32 @@ def history_updates(records: Iterable[dict[str, Any]], tools: ToolRegistry) -> l
 
 
 def conversation(records: Iterable[dict[str, Any]], system: str) -> list[dict[str, Any]]:
-    """The chat messages of the logged session, as the loop builds them, to continue from: the
-    harness's corrective message after its call's tool results."""
+    """The chat messages of the logged session, as the loop builds them, to continue from: a
+    call's tool results in the order of its calls (the log has them in the order they ended),
+    then the harness's corrective message, and what the model was told of a rewind or of changes
+    undone between turns."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     harness: str | None = None
-    for record in records:
-        kind = record.get("type")
-        if kind in ("user_message", "model_call") and harness:
+    results: dict[str, dict[str, Any]] = {}
+    order: list[str] = []
+
+    def settle() -> None:
+        nonlocal harness
+        messages.extend(results.pop(call_id) for call_id in order if call_id in results)
+        messages.extend(results.values())
+        results.clear()
+        if harness:
             messages.append({"role": "user", "content": harness})
             harness = None
-        if kind == "user_message":
+
+    for record in records:
+        kind = record.get("type")
+        told = record.get("harness_message") if kind in ("restore", "edit_review") else None  # agent/undo_notes.py
+        if told or kind in ("user_message", "model_call"):
+            settle()
+        if told:
+            messages.append({"role": "user", "content": told})
+        elif kind == "user_message":
             messages.append({"role": "user", "content": record["text"]})
         elif kind == "model_call":
             message: dict[str, Any] = {"role": "assistant", "content": record.get("text", "")}
@@ -90,14 +106,14 @@ def conversation(records: Iterable[dict[str, Any]], system: str) -> list[dict[st
                 message["tool_calls"] = record["tool_calls"]
             messages.append(message)
             harness = record.get("harness_message")
+            order = [call.get("id") for call in record.get("tool_calls") or []]
         elif kind == "tool_call":
             content = record.get("result") or ""
             if record.get("error"):
                 content = f"Error: {record['error']}" + (f"\n{content}" if content else "")
-            messages.append({"role": "tool", "tool_call_id": record["call_id"], "name": record["name"],
-                             "content": content})
-    if harness:
-        messages.append({"role": "user", "content": harness})
+            results[record["call_id"]] = {"role": "tool", "tool_call_id": record["call_id"], "name": record["name"],
+                                          "content": content}
+    settle()
     return answer_unanswered(messages)
 
 

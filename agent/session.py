@@ -5,7 +5,7 @@ and RL rollouts all drive the agent through this class.
 
     session = await Session.create(SessionConfig(workspace=root), events=sink)
     result = await session.prompt("add a test for parse()")   # session.cancel() stops it
-    await session.restore(session.last_checkpoint)             # undo the turn, shell included
+    await session.restore(session.last_checkpoint)             # undo the turn: shell, unsaved buffers
     session.close()
 
 The log gets the editor's outcome signals (agent/outcomes.py) where they become known: review
@@ -50,7 +50,17 @@ from agent.tools.lints import ReadLints
 from agent.tools.search import Glob, Grep, ListDir
 from agent.tools.terminal import RunTerminal
 from agent.tools.todo import TodoWrite
-from agent.turn_review import FileHunks, Pick, UndoResult, apply_review, plan_review, turn_changes
+from agent.turn_review import (
+    BufferRewind,
+    FileHunks,
+    Pick,
+    UndoResult,
+    apply_review,
+    plan_review,
+    rewind_buffers,
+    turn_changes,
+)
+from agent.undo_notes import rewind_note, undo_note
 from agent.workspace import Workspace
 
 logger = logging.getLogger(__name__)
@@ -272,24 +282,34 @@ class Session:
         if self._turn is not None and not self._turn.done():
             self._turn.cancel()
 
-    async def restore(self, checkpoint_id: str) -> Any:
-        """Returns the workspace to a checkpoint, in a thread (a big tree takes seconds, and the
-        server's other sessions go on); refused while a turn runs, whose tools would write on, and
-        a prompt is refused while it runs."""
+    async def restore(self, checkpoint_id: str) -> tuple[Any, BufferRewind]:
+        """Returns the workspace to a checkpoint: the disk in a thread (a big tree takes seconds,
+        and the server's other sessions go on), then the agent's edits still unsaved in the
+        editor's buffers (agent/turn_review.py `rewind_buffers`). Refused while a turn runs, whose
+        tools would write on, and a prompt is refused while it runs. Returns the store's
+        RestoreResult (its backup records the unsaved buffers too) and the buffers put back."""
         self._require_idle("rewinding")
+        recorded = self.checkpoints.buffers(checkpoint_id)  # damage refuses before anything changes
+        ws = self.workspace
+        before, unsaved = {p: ws.buffer(p)[0] for p in ws.open_buffers()}, ws.unsaved()
         self.changing = "a rewind"
-        restoring = asyncio.ensure_future(self.checkpoints.arestore(checkpoint_id))
+
+        async def rewind() -> tuple[Any, BufferRewind]:
+            result = await self.checkpoints.arestore(checkpoint_id, buffers=unsaved)
+            return result, await rewind_buffers(self.checkpoints, checkpoint_id, ws, before, recorded)
+
+        rewinding = asyncio.ensure_future(rewind())
         try:
-            await asyncio.shield(restoring)
-        except asyncio.CancelledError:  # the request was cancelled; its thread cannot be stopped
-            await asyncio.wait([restoring])
-            if restoring.exception() is None:
-                self._log_restore(checkpoint_id)
+            result, buffers = await asyncio.shield(rewinding)
+        except asyncio.CancelledError:  # the request was cancelled; the rewind runs to its end
+            await asyncio.wait([rewinding])
+            if not rewinding.cancelled() and rewinding.exception() is None:
+                self._log_restore(*rewinding.result())
             raise
         finally:
             self.changing = None
-        self._log_restore(checkpoint_id)
-        return restoring.result()
+        self._log_restore(result, buffers)
+        return result, buffers
 
     def _require_idle(self, doing: str) -> None:
         """Refuses what changes the workspace beside this session's turn or rewind."""
@@ -319,13 +339,19 @@ class Session:
         self.changing = "an undo of changes"
         try:
             plan = await asyncio.to_thread(plan_review, self.checkpoints, checkpoint, self.workspace, undo, keep)
-            backup = (await self.checkpoints.acreate(f"before undoing {len(plan.writes)} files' changes")).id \
+            backup = (await self.checkpoints.acreate(f"before undoing {len(plan.writes)} files' changes",
+                                                     self.workspace.unsaved())).id \
                 if plan.writes else None
             result = await apply_review(self.workspace, plan)
         finally:
             self.changing = None
-        for pick, accepted in [*((p, False) for p in result.undone), *((p, True) for p in result.kept)]:
-            self.log.write("edit_review", path=pick.path, hunk=pick.index, accepted=accepted, by="user")
+        note = undo_note(result.undone)
+        if note:
+            self.agent.tell(note)
+        verdicts = [*((p, False) for p in result.undone), *((p, True) for p in result.kept)]
+        for i, (pick, accepted) in enumerate(verdicts):
+            told = {"harness_message": note} if note and i == len(verdicts) - 1 else {}
+            self.log.write("edit_review", path=pick.path, hunk=pick.index, accepted=accepted, by="user", **told)
             self.log.write("outcome", signal="edit_accepted", value=accepted, reward=1.0 if accepted else -1.0,
                            source="editor", path=pick.path, detail={"hunk": pick.index})
         return result, backup
@@ -336,9 +362,14 @@ class Session:
             raise RuntimeError(f"session {self.id} has no checkpoint to compare with")
         return checkpoint
 
-    def _log_restore(self, checkpoint_id: str) -> None:
-        self.log.write("restore", checkpoint_id=checkpoint_id, by="user")
-        self.log.write("outcome", **undo_signal(checkpoint_id))
+    def _log_restore(self, result: Any, buffers: BufferRewind) -> None:
+        """Logs the rewind and its outcome signal, and tells the model what it undid."""
+        cp = result.checkpoint
+        note = rewind_note(cp.id, cp.label, result.changes, buffers.reverted)
+        self.agent.tell(note)
+        self.log.write("restore", checkpoint_id=cp.id, backup_id=result.backup.id if result.backup else None,
+                       changes=result.changes.to_dict(), by="user", harness_message=note)
+        self.log.write("outcome", **undo_signal(cp.id))
 
     def _write_turn_signals(self) -> None:
         """The finished turn's outcome signals (agent/outcomes.py), read back from its log."""

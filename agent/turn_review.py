@@ -4,7 +4,9 @@ or shell commands), without losing anything written since.
 "Undo last turn" (a rewind) throws the whole turn away; a person who wants most of it but not one
 change had to undo by hand. Here the changes since the checkpoint taken before the turn's first
 write are listed as diff hunks per file, the file's text now (an editor's unsaved buffer
-included) against its text at the checkpoint, and the person picks the ones to undo or keep:
+included) against its text at the checkpoint (the unsaved buffers recorded with it included, so
+what the person typed before the turn is not shown as the turn's), and the person picks the ones
+to undo or keep:
 
     files = turn_changes(store, checkpoint_id, workspace)      # [FileHunks(path, status, hunks)]
     plan = plan_review(store, checkpoint_id, workspace, undo=[Pick("app.py", 1, digest)], keep=[])
@@ -20,6 +22,13 @@ encoding, so an open buffer gets them as an editor edit the person can undo ther
 turn created goes away when its hunk is undone; one it deleted comes back with its bytes and mode.
 Binary, over-large and non-regular files (links) are listed without hunks: a rewind restores them.
 `plan_review` reads and diffs (slow on huge files: run it in a thread); `apply_review` writes.
+
+A rewind restores the disk; `rewind_buffers` then takes back the agent's edits the disk alone
+would miss (an edit of an open file lives in its buffer until the person saves it):
+
+    recorded, before = store.buffers(checkpoint_id), {p: workspace.buffer(p)[0] for p in workspace.open_buffers()}
+    await store.arestore(checkpoint_id, buffers=workspace.unsaved())  # the backup keeps them too
+    await rewind_buffers(store, checkpoint_id, workspace, before, recorded)  # BufferRewind
 
 Tests: .venv/bin/python -m pytest tests/agent/test_turn_review.py
 """
@@ -112,6 +121,8 @@ class _Sides:
     now: str | None
     stored: Any = None
     """The checkpoint's StoredFile for the path."""
+    unsaved: bool = False
+    """`before` is the text of a buffer unsaved at the checkpoint, not the stored file's."""
 
 
 # ---- diffs -------------------------------------------------------------------------------------
@@ -163,41 +174,52 @@ def _hunks(old: list[str], new: list[str], whole_file: bool) -> tuple[Hunk, ...]
 # ---- the two sides -----------------------------------------------------------------------------
 
 
-def _sides(store: Any, checkpoint_id: str, workspace: Any, path: str) -> _Sides | None:
+def _sides(store: Any, checkpoint_id: str, workspace: Any, path: str, unsaved: dict[str, str]) -> _Sides | None:
     """The file's text at the checkpoint and now, as stored (None: absent); None when either
-    side is binary, too large or not a regular file."""
-    stored = store.stored_file(checkpoint_id, path)
-    before = None
+    side is binary, too large or not a regular file. `unsaved`: the checkpoint's unsaved buffers,
+    whose text is the file's there (as the person saw it, not as the disk held it). An open
+    buffer's text is the file's now."""
+    stored, before = store.stored_file(checkpoint_id, path), unsaved.get(path)
     if stored is not None:
         if stored.kind != "f" or stored.data is None or len(stored.data) > workspace.max_file_bytes:
             return None
         decoded = decode_bytes(stored.data)
         if decoded is None:
             return None
-        before = restore_newlines(decoded[0], decoded[1].newline)
+        if before is None:
+            before = restore_newlines(decoded[0], decoded[1].newline)
     on_disk = workspace.resolve(path)
     if on_disk.is_symlink() or (on_disk.exists() and not on_disk.is_file()):
         return None
+    buffer = workspace.buffer(path)
+    if buffer is not None:
+        now = buffer[0]
+        if len(now) > workspace.max_file_bytes:
+            return None
+        if stored is not None and not on_disk.exists() and now == before:  # left open after a shell deleted it
+            now = None
+        return _Sides(before, now, stored, path in unsaved)
     try:
-        now = workspace.read_text(path) if workspace.exists(path) else None
+        now = workspace.read_text(path) if on_disk.exists() else None
     except WorkspaceError:  # binary, too large
         return None
     if now is not None:
         fmt = workspace.text_format(path)
         now = restore_newlines(now, fmt.newline if fmt else "\n")
-        if not on_disk.exists() and now == before:  # a buffer left open after a shell deleted it
-            now = None
-    return _Sides(before, now, stored)
+    return _Sides(before, now, stored, path in unsaved)
 
 
 def turn_changes(store: Any, checkpoint_id: str, workspace: Any, also: Iterable[str] = ()) -> list[FileHunks]:
     """Each file that differs from the checkpoint now, with its hunks. `also`: paths to compare
-    besides those changed on disk (the open buffers an editor holds the turn's edits in)."""
+    besides those changed on disk and those unsaved at the checkpoint (the open buffers an editor
+    holds the turn's edits in)."""
     changes = store.diff(checkpoint_id)
+    unsaved = store.buffers(checkpoint_id)
     on_disk = {*changes.added, *changes.modified, *changes.deleted}
     files = []
-    for path in sorted({p for p in on_disk if not p.endswith("/")} | set(also)):
-        sides = _sides(store, checkpoint_id, workspace, path)
+    also = {*also, *(set(unsaved) & set(workspace.open_buffers()))}  # a closed one's text was given up
+    for path in sorted({p for p in on_disk if not p.endswith("/")} | also):
+        sides = _sides(store, checkpoint_id, workspace, path, unsaved)
         if sides is None:
             status = "added" if path in changes.added else "deleted" if path in changes.deleted else "modified"
             files.append(FileHunks(path, status, binary=True))
@@ -216,6 +238,7 @@ def plan_review(store: Any, checkpoint_id: str, workspace: Any, undo: Iterable[P
     """Checks every pick against the file as it is now and works out what undoing writes; a file
     with any pick that does not match (or that cannot be read) is refused whole."""
     plan = ReviewPlan(UndoResult())
+    unsaved = store.buffers(checkpoint_id)
     by_path: dict[str, dict[str, dict[int, Pick]]] = {}
     for verdict, picks in (("undo", undo), ("keep", keep)):
         for pick in picks:
@@ -227,7 +250,7 @@ def plan_review(store: Any, checkpoint_id: str, workspace: Any, undo: Iterable[P
             by_path.setdefault(rel, {"undo": {}, "keep": {}})[verdict][pick.index] = Pick(rel, pick.index, pick.digest)
     for path, chosen in sorted(by_path.items()):
         try:
-            write = _plan_file(store, checkpoint_id, workspace, path, chosen)
+            write = _plan_file(store, checkpoint_id, workspace, path, chosen, unsaved)
         except (WorkspaceError, OSError) as err:
             plan.result.refused[path] = str(err)
             continue
@@ -239,8 +262,8 @@ def plan_review(store: Any, checkpoint_id: str, workspace: Any, undo: Iterable[P
 
 
 def _plan_file(store: Any, checkpoint_id: str, workspace: Any, path: str,
-               chosen: dict[str, dict[int, Pick]]) -> _Write | None:
-    sides = _sides(store, checkpoint_id, workspace, path)
+               chosen: dict[str, dict[int, Pick]], unsaved: dict[str, str]) -> _Write | None:
+    sides = _sides(store, checkpoint_id, workspace, path, unsaved)
     if sides is None:
         raise WorkspaceError(f"{path} is binary, too large or not a regular file; rewind the turn to restore it")
     old, new = _lines(sides.before), _lines(sides.now)
@@ -252,8 +275,12 @@ def _plan_file(store: Any, checkpoint_id: str, workspace: Any, path: str,
         return None
     for i1, i2, j1, j2 in sorted((op for i in chosen["undo"] for op in hunks[i].ops), reverse=True):
         new[j1:j2] = old[i1:i2]  # from the end, so earlier indices still hold
-    if sides.now is None:  # the turn deleted it: its bytes and mode come back as they were
-        return _Write(data=sides.stored.data, mode=sides.stored.mode & 0o7777)
+    if sides.now is None and sides.stored is not None:  # the turn deleted it: its bytes and mode come back
+        data = sides.stored.data
+        if sides.unsaved:  # with the text the person had unsaved, in the file's encoding
+            fmt = decode_bytes(data)[1]  # _sides decoded it
+            data = fmt.bom + "".join(new).encode(fmt.encoding, errors="replace")
+        return _Write(data=data, mode=sides.stored.mode & 0o7777)
     return _Write() if sides.before is None and not new else _Write(text="".join(new))
 
 
@@ -273,4 +300,45 @@ async def apply_review(workspace: Any, plan: ReviewPlan) -> UndoResult:
             result.refused[path] = str(err)
             result.undone = [p for p in result.undone if p.path != path]
             result.kept = [p for p in result.kept if p.path != path]
+    return result
+
+
+@dataclass
+class BufferRewind:
+    reverted: list[str] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+    """path -> why the editor did not take its text back."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reverted": self.reverted, "refused": self.refused}
+
+
+async def rewind_buffers(store: Any, checkpoint_id: str, workspace: Any, before: dict[str, str],
+                         recorded: dict[str, str]) -> BufferRewind:
+    """After a rewind put the disk back: takes back the agent's edits of open buffers, which the
+    disk alone misses, as editor edits the person can undo there. `before`: every open buffer's
+    text just before the rewind; `recorded`: the checkpoint's unsaved buffers (`store.buffers`).
+    A buffer that held the agent's last edit gets its text at the checkpoint (its unsaved text
+    then, else the file's); one the person typed in after that edit, or during the rewind, is
+    refused, never overwritten; one the agent never edited is theirs and left alone, as is every
+    buffer without an editor to edit it."""
+    result = BufferRewind()
+    if workspace.edit_sink is None:
+        return result
+    for path, text in sorted(before.items()):
+        left = workspace.last_edit(path)
+        if left is None:
+            continue
+        if left != text or (workspace.buffer(path) or (None,))[0] != text:
+            result.refused[path] = ("changed after the agent's edit; undo the turn's changes there one by one "
+                                    "(composer/turnChanges), which keeps yours")
+            continue
+        sides = _sides(store, checkpoint_id, workspace, path, recorded)
+        if sides is None or sides.before is None or sides.before == sides.now:
+            continue
+        try:
+            await workspace.apply_text(path, sides.before)
+            result.reverted.append(path)
+        except Exception as err:  # an editor's failure (a dropped connection too) is reported per buffer
+            result.refused[path] = str(err)
     return result

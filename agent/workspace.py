@@ -88,6 +88,10 @@ class _Buffer:
     text: str
     """As the editor holds it (its own line breaks)."""
     version: int | None
+    saved: bool = False
+    """The text was the file's on the disk when the editor reported it: a clean buffer, which the
+    editor reloads itself when the disk changes (so it is never unsaved work, even while a
+    reload is on its way)."""
 
 
 @dataclass
@@ -161,6 +165,8 @@ class Workspace:
         self.max_file_bytes = max_file_bytes
         self.edit_sink = edit_sink
         self._buffers: dict[str, _Buffer] = {}
+        self._left: dict[str, str] = {}
+        """Path -> the text this workspace's last editor edit left in its buffer."""
         self._formats: dict[str, TextFormat] = {}
         self._ignore = _IgnoreFiles(self.root)
 
@@ -233,11 +239,18 @@ class Workspace:
 
     def set_buffer(self, path: str, text: str, version: int | None) -> None:
         """Records the editor's current text of `path` (didOpen/didChange); reads see it."""
-        self._buffers[self._rel(path)] = _Buffer(text, version)
+        rel = self._rel(path)
+        self._buffers[rel] = _Buffer(text, version, self._is_saved(rel, text))
 
     def clear_buffer(self, path: str) -> None:
         """The editor closed `path` (didClose): reads go back to the disk."""
         self._buffers.pop(self._rel(path), None)
+        self._left.pop(self._rel(path), None)
+
+    def last_edit(self, path: str) -> str | None:
+        """The text this workspace's last editor edit of `path` left in its open buffer (None:
+        none since it was opened): a buffer that still holds it has had no typing since."""
+        return self._left.get(self._rel(path))
 
     def buffer(self, path: str) -> tuple[str, int | None] | None:
         """(text as the editor holds it, version) of an open buffer, else None."""
@@ -246,6 +259,38 @@ class Workspace:
 
     def open_buffers(self) -> list[str]:
         return sorted(self._buffers)
+
+    def unsaved(self) -> dict[str, str]:
+        """The open buffers whose text is not the file's on the disk (or that have no file there),
+        as the editor holds them: what a checkpoint of the disk alone would miss. Buffers over
+        max_file_bytes are left out, and so are those the editor reported clean: when the disk
+        changed since (a shell command), the editor's reload is on its way."""
+        return {rel: buf.text for rel, buf in self._buffers.items()
+                if not buf.saved and len(buf.text) <= self.max_file_bytes and self._on_disk(rel) != buf.text}
+
+    def _is_saved(self, rel: str, text: str) -> bool:
+        """Whether `text` is the file's on the disk; a UTF-8 file of another length cannot hold
+        it, which spares the read for most of an editor's reports."""
+        try:
+            size = (self.root / rel).stat().st_size
+        except OSError:
+            return False
+        fmt = self._formats.get(rel, TextFormat())
+        if fmt.encoding == "utf-8" and not fmt.bom and size != len(text.encode("utf-8", "surrogatepass")):
+            return False
+        return self._on_disk(rel) == text
+
+    def _on_disk(self, rel: str) -> str | None:
+        """The file's text on the disk with its own line breaks; None when there is none, or it
+        is binary, too large or unreadable."""
+        try:
+            target = self.root / rel
+            if target.stat().st_size > self.max_file_bytes:
+                return None
+            decoded = decode_bytes(target.read_bytes())
+        except OSError:  # none, a directory, unreadable
+            return None
+        return None if decoded is None else restore_newlines(decoded[0], decoded[1].newline)
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -408,7 +453,9 @@ class Workspace:
         buf = self._buffers.get(rel)
         if buf is not None and self.edit_sink is not None:
             raw = restore_newlines(new_text, newline_style(buf.text))
+            self._left[rel] = raw  # before the await: the editor's didChange may come during it
             if not await self.edit_sink.apply(rel, buf.text, raw, buf.version):
+                self._left.pop(rel, None)
                 raise EditorRefusedError(
                     f"the editor refused the edit to {rel} (the user rejected it or the buffer "
                     f"changed meanwhile); read {rel} again, then retry or ask the user"
@@ -420,7 +467,7 @@ class Workspace:
             return "editor"
         await asyncio.to_thread(self.write_text, rel, new_text)
         if buf is not None:
-            self._buffers[rel] = _Buffer(restore_newlines(new_text, newline_style(buf.text)), None)
+            self._buffers[rel] = _Buffer(restore_newlines(new_text, newline_style(buf.text)), None, saved=True)
         return "disk"
 
     async def apply_delete(self, path: str) -> str:
@@ -435,13 +482,16 @@ class Workspace:
             if not await sink_delete(rel, buf.version):
                 raise EditorRefusedError(f"the editor refused to delete {rel}; ask the user")
             self._buffers.pop(rel, None)
+            self._left.pop(rel, None)
             self._formats.pop(rel, None)
             return "editor"
         if buf is not None and not os.path.lexists(self.root / rel):
             self._buffers.pop(rel)  # an unsaved buffer that never reached the disk
+            self._left.pop(rel, None)
             return "disk"
         await asyncio.to_thread(self.delete, rel)
         self._buffers.pop(rel, None)
+        self._left.pop(rel, None)
         return "disk"
 
     # ---- listing ---------------------------------------------------------------------------

@@ -82,7 +82,7 @@ async def test_fitting_a_long_conversation_counts_it_once_a_step(tmp_path):
 
 async def test_a_turn_that_fails_logs_the_error_and_leaves_every_call_answered(tmp_path):
     class FullStore:
-        def create(self, label):
+        async def acreate(self, label, buffers):
             raise CheckpointError("could not record a checkpoint in /x: [Errno 28] No space left on device")
 
     write = Reply("", [ToolCall("write_file", {"path": "b.py", "content": "y = 1\n"})], "tool_calls")

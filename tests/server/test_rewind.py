@@ -104,3 +104,37 @@ async def test_one_change_of_a_turn_is_undone_and_the_other_kept(workspace, mode
     assert sorted(verdicts) == [("config.py", 0, True), ("config.py", 1, False)]
     rewards = [r["reward"] for r in records if r.get("type") == "outcome" and r.get("detail", {}).get("hunk") is not None]
     assert sorted(rewards) == [-1.0, 1.0]
+
+
+async def test_rewind_and_review_reach_the_unsaved_buffer_the_agent_edited(workspace, model, tmp_path):
+    """The person typed in config.py without saving; the agent's edit goes to that buffer through
+    the editor, so the disk never holds it. The turn's changes are the agent's alone, and a rewind
+    gives the buffer back as the person left it (their unsaved line kept), then its backup the
+    agent's edit again; the disk is never written."""
+    lines = "".join(f"value_{i} = {i}\n" for i in range(20))
+    (workspace / "config.py").write_text(lines)
+    on_disk = (workspace / "config.py").stat()
+    mine = lines.replace("value_3 = 3\n", "value_3 = 'mine, unsaved'\n")
+    edit = {"name": "edit_file", "arguments": {"path": "config.py", "old_string": "value_15 = 15",
+                                               "new_string": "value_15 = 1500"}}
+    model.script = [[{"text": "", "tool_calls": [edit]}, {"text": "Done."}]]
+    client = await start_client(workspace, model.url, tmp_path / "logs", "--index", "off")
+    try:
+        uri = client.open(workspace / "config.py", mine, version=2)
+        session_id = await _turn(client, workspace)
+        agents = mine.replace("value_15 = 15\n", "value_15 = 1500\n")
+        assert client.documents[uri][0] == agents and (workspace / "config.py").read_text() == lines
+        listed = await client.protocol.send_request_async("composer/turnChanges", {"sessionId": session_id})
+        [config] = listed["files"]
+        assert [[line for line in h["lines"] if line[0] in "+-"] for h in config["hunks"]] == [
+            ["-value_15 = 15", "+value_15 = 1500"]], "the person's unsaved line is not the turn's"
+        result = await client.protocol.send_request_async("composer/rewind", {"sessionId": session_id})
+        assert result["buffers"] == {"reverted": ["config.py"], "refused": {}}
+        assert client.documents[uri][0] == mine, "the agent's edit left the buffer, the person's stayed"
+        again = await client.protocol.send_request_async(
+            "composer/rewind", {"sessionId": session_id, "checkpointId": result["backupCheckpointId"]})
+        assert again["buffers"]["reverted"] == ["config.py"] and client.documents[uri][0] == agents
+    finally:
+        await stop_client(client)
+    now = (workspace / "config.py").stat()
+    assert (now.st_ino, now.st_mtime_ns) == (on_disk.st_ino, on_disk.st_mtime_ns), "the disk was never written"

@@ -455,4 +455,12 @@ describe('reviewing a turn\'s changes hunk by hunk', () => {
     await client.rewind();
     expect(review().stale).toBe(true);
   });
+
+  it('says which open editors a rewind did not put back, and why', async () => {
+    const { client } = await changed({ 'composer/rewind': () => ({ checkpointId: CHECKPOINT,
+      buffers: { reverted: ['a.py'], refused: { 'b.py': 'the editor refused the edit to b.py' } } }) });
+    await client.rewind();
+    const notes = client.state.sessions[client.state.currentId!].items.filter((i: any) => i.type === 'notice');
+    expect(notes.at(-1)).toMatchObject({ level: 'error', text: expect.stringContaining('b.py (the editor refused') });
+  });
 });

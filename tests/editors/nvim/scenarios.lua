@@ -240,6 +240,41 @@ function S.edit()
   check(vim.deep_equal(lines(buf), { "print('hello')" }), '`u` undoes the edit')
 end
 
+function S.undo_turn()
+  -- Your unsaved line, then a turn whose edit reaches the same buffer unsaved: the disk never
+  -- holds either, so only the buffer can take the turn back.
+  local buf = start()
+  vim.api.nvim_buf_set_lines(buf, 1, 1, false, { '# mine, unsaved' })
+  vim.cmd('ComposerChat say goodbye')
+  check(wait_turn(1).stopReason == 'end_turn', 'the turn ended')
+  check(
+    vim.deep_equal(lines(buf), { "print('goodbye')", '# mine, unsaved' }),
+    'the edit reached the buffer'
+  )
+  local undone
+  vim.api.nvim_create_autocmd('User', {
+    pattern = 'ComposerUndone',
+    callback = function(args)
+      undone = args.data
+    end,
+  })
+  vim.cmd('ComposerUndo')
+  wait(20000, function()
+    return undone ~= nil
+  end, ':ComposerUndo to answer')
+  result.after_undo = lines(buf)
+  check(vim.deep_equal(undone.buffers.reverted, { 'hello.py' }), 'the buffer was put back')
+  check(
+    vim.deep_equal(lines(buf), { "print('hello')", '# mine, unsaved' }),
+    'your line stayed, the edit went'
+  )
+  check(vim.bo[buf].modified, 'still unsaved')
+  check(
+    chat_text():find('Undid the last turn: 0 paths restored on disk, 1 open buffers', 1, true),
+    'the chat says it'
+  )
+end
+
 function S.stale_edit()
   -- Typing reaches the server only after the debounce: the agent's edit is built on old text.
   vim.lsp.config('composer', { flags = { debounce_text_changes = 5000 } })

@@ -174,18 +174,48 @@ end
 --- :ComposerChanges: the changes of the chat session's last turn, hunk by hunk, to keep or undo
 --- (|composer-changes|).
 function Composer.changes()
-  local client = H.client()
+  local client, session_id = H.idle_session(
+    'no chat session yet, so no changes to review',
+    'a turn is running; :ComposerChanges once it ends'
+  )
   if not client then
     return
   end
-  local session_id = H.sessions[client.id]
-  if not session_id then
-    return H.notify('no chat session yet, so no changes to review', vim.log.levels.INFO)
-  end
-  if H.running[session_id] then
-    return H.notify('a turn is running; :ComposerChanges once it ends', vim.log.levels.WARN)
-  end
   require('composer.changes').open(client, session_id, Composer.config.changes.open)
+end
+
+--- :ComposerUndo: undoes the chat session's last turn (|:ComposerUndo|): the files go back to
+--- before its first change, shell-made changes included, and so do the buffers it edited unsaved.
+function Composer.undo_turn()
+  local client, session_id = H.idle_session(
+    'no chat session yet, so no turn to undo',
+    'a turn is running; :ComposerCancel it first'
+  )
+  if not client then
+    return
+  end
+  client:request('composer/rewind', { sessionId = session_id }, function(err, result)
+    if err then
+      return H.notify('undo failed: ' .. err.message, vim.log.levels.ERROR)
+    end
+    local changes, buffers = result.changes or {}, result.buffers or {}
+    local paths = #(changes.added or {}) + #(changes.modified or {}) + #(changes.deleted or {})
+    local reverted, backup = #(buffers.reverted or {}), tostring(result.backupCheckpointId)
+    local note = 'Undid the last turn: %d paths restored on disk, %d open buffers put back (`u` there'
+      .. ' undoes that); checkpoint %s holds the turn'
+    H.chat().note(note:format(paths, reverted, backup))
+    local refused = {}
+    for path, why in pairs(buffers.refused or {}) do
+      refused[#refused + 1] = path .. ' (' .. why .. ')'
+    end
+    if #refused > 0 then
+      table.sort(refused)
+      local message = 'the disk is restored, but these buffers were not put back: '
+      H.notify(message .. table.concat(refused, '; '), vim.log.levels.WARN)
+    end
+    local event = { pattern = 'ComposerUndone', modeline = false, data = result }
+    vim.api.nvim_exec_autocmds('User', event)
+  end)
 end
 
 --- :ComposerMode {agent|review}: the chat session's mode.
@@ -395,6 +425,23 @@ function H.start(bufnr)
   config.root_dir = vim.fs.root(file and bufnr or vim.fn.getcwd(), config.root_markers or {})
   local id = vim.lsp.start(config, { bufnr = bufnr, attach = file })
   return id and vim.lsp.get_client_by_id(id)
+end
+
+--- The client and id of the chat's session when none of its turns runs; nil, saying `none` when
+--- there is no session yet and `busy` while a turn runs.
+function H.idle_session(none, busy)
+  local client = H.client()
+  if not client then
+    return nil
+  end
+  local session_id = H.sessions[client.id]
+  if not session_id then
+    return H.notify(none, vim.log.levels.INFO)
+  end
+  if H.running[session_id] then
+    return H.notify(busy, vim.log.levels.WARN)
+  end
+  return client, session_id
 end
 
 --- Calls `callback(session_id)` with the chat's session on `client`, made on first use.

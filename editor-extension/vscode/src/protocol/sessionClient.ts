@@ -340,6 +340,12 @@ export class SessionClient {
     const result = await this.request<RewindResult>(METHODS.rewind, { sessionId: id });
     this.dispatch({ type: 'reviewStale', sessionId: id });
     this.dispatch({ type: 'notice', sessionId: id, level: 'info', text: 'Undid the last turn: the workspace is back where it was before it.' });
+    const refused = Object.entries(result.buffers?.refused ?? {});
+    if (refused.length) {
+      const why = refused.map(([path, reason]) => `${path} (${reason})`).join('; ');
+      this.dispatch({ type: 'notice', sessionId: id, level: 'error',
+        text: `The files are back on disk, but these open editors were not put back: ${why}` });
+    }
     return result;
   }
 

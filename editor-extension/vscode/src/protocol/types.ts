@@ -139,6 +139,8 @@ export interface SessionInfo {
 export interface RewindResult {
   checkpointId: string;
   changes?: unknown;
+  /** Open buffers put back as the checkpoint saw them (editor edits), and those the editor refused. */
+  buffers?: { reverted: string[]; refused: Record<string, string> };
   backupCheckpointId?: string | null;
 }
 

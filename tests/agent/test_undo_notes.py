@@ -1,0 +1,89 @@
+"""The model is told when the person undoes its work between turns (agent/undo_notes.py): after
+a rewind and after changes undone hunk by hunk, the next prompt holds a `[harness]` note naming
+the files, the log keeps it, and a session loaded from the log continues with the same messages.
+The real Session, tools, checkpoints and log; a scripted engine stands in for the model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scripted_engine import ScriptedEngine  # tests/agent is no package: on sys.path
+
+from agent.checkpoint_records import Changes
+from agent.policy import EnginePolicy
+from agent.session import Session, SessionConfig
+from agent.session_log import read_session
+from agent.turn_review import Pick
+from agent.undo_notes import MAX_PATHS, rewind_note, undo_note
+
+
+def test_the_notes_name_the_files_and_count_the_rest():
+    changes = Changes(added=("b.py", "new/"), modified=("a.py",), deleted=())
+    note = rewind_note("c1", "before edit_file a.py", changes, ["open.py"])
+    assert note.startswith("[harness] The user restored the workspace to checkpoint c1 (before edit_file a.py)")
+    assert "3 file(s) are back as they were then (a.py, b.py, open.py)" in note and "new/" not in note
+    many = rewind_note("c1", "", Changes(modified=tuple(f"f{i:02d}.py" for i in range(20))), [])
+    assert f"f{MAX_PATHS - 1:02d}.py, and {20 - MAX_PATHS} more" in many
+    assert "no file differed" in rewind_note("c1", "", Changes(), [])
+    assert undo_note([Pick("a.py", 0, ""), Pick("a.py", 2, ""), Pick("b.py", 1, "")]) == (
+        "[harness] The user undid 3 of your last turn's changes, which are back to how they were before it: "
+        "a.py (2 changes), b.py (1 change). Your other changes stay. Read a file again before you edit it.")
+    assert undo_note([]) == ""
+
+
+def _write_then_answer(tok, *files: str) -> list[list[int]]:
+    calls = "".join(f'<tool_call>\n{{"name": "write_file", "arguments": {{"path": "{f}", "content": "x = 1\\n"}}}}\n'
+                    f'</tool_call>\n' for f in files)
+    return [[*tok.encode(calls), tok.eos_token_id], [*tok.encode("Done."), tok.eos_token_id]]
+
+
+async def _session(root: Path, tok, script: list[list[int]]) -> Session:
+    config = SessionConfig(workspace=root, log_dir=root.parent / "logs", index="off", repo_map_tokens=0,
+                           warm_checkpoints=False)
+    return await Session.create(config, policy=EnginePolicy(ScriptedEngine(tok, script)))
+
+
+async def test_a_rewind_and_an_undo_are_told_to_the_model_and_survive_a_reload(tmp_path, real_tokenizer):
+    tok = real_tokenizer
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "keep.py").write_text("k = 0\n")
+    session = await _session(root, tok, [*_write_then_answer(tok, "a.py", "b.py"), *_write_then_answer(tok, "c.py")])
+    await session.prompt("write a and b")
+    result, _ = await session.restore(session.agent.turn_checkpoint)
+    told = session.agent.messages[-1]
+    assert told["role"] == "user" and told["content"] == rewind_note(
+        result.checkpoint.id, result.checkpoint.label, result.changes, [])
+    assert "(a.py, b.py)" in told["content"] and not (root / "a.py").exists()
+
+    await session.prompt("write c")
+    _, files = await session.turn_changes()
+    [c] = files
+    undone, _ = await session.review_hunks([Pick("c.py", 0, c.hunks[0].digest)], [])
+    assert [p.path for p in undone.undone] == ["c.py"] and not (root / "c.py").exists()
+    assert session.agent.messages[-1]["content"] == undo_note(undone.undone)
+    live = [dict(m) for m in session.agent.messages]
+    session.close()
+
+    records = read_session(session.log_path)
+    restore = next(r for r in records if r["type"] == "restore")
+    assert restore["harness_message"] == told["content"] and restore["changes"]["deleted"] == ["a.py", "b.py"]
+    config = SessionConfig(workspace=root, log_dir=tmp_path / "logs", index="off", repo_map_tokens=0,
+                           warm_checkpoints=False)
+    loaded, _ = await Session.load(config, session.id, policy=EnginePolicy(ScriptedEngine(tok, [])))
+    assert [(m["role"], m.get("content")) for m in loaded.agent.messages] == [
+        (m["role"], m.get("content")) for m in live], "the loaded conversation holds both notes where they were"
+    loaded.close()
+
+
+def test_a_note_on_a_record_does_not_move_a_pending_harness_message():
+    from agent.replay import conversation
+
+    records = [{"type": "user_message", "text": "go"},
+               {"type": "model_call", "text": "", "tool_calls": [{"id": "t1", "type": "function",
+                "function": {"name": "read_file", "arguments": "{}"}}], "harness_message": "[harness] fix the JSON"},
+               {"type": "tool_call", "call_id": "t1", "name": "read_file", "result": "ok"},
+               {"type": "edit_review", "path": "a.py", "accepted": True},
+               {"type": "restore", "checkpoint_id": "c1", "harness_message": "[harness] rewound"}]
+    roles = [(m["role"], m.get("content")) for m in conversation(records, "sys")]
+    assert roles[-3:] == [("tool", "ok"), ("user", "[harness] fix the JSON"), ("user", "[harness] rewound")]
