@@ -33,6 +33,7 @@ from typing import Any
 
 from agent import events as ev
 from agent.call_labels import checkpoint_label, tool_title
+from agent.harness_notes import calls_note
 from agent.policy import Policy, Reply
 from agent.redact import redact_obj
 from agent.repetition import RepetitionWatch, step_signature
@@ -44,12 +45,8 @@ from agent.write_locks import WriteLocks
 from model.toolcalls import ToolCall
 
 SHORTENED_NOTE = "\n[older tool output shortened to save context; call the tool again if you need it]"
-MAX_ERRORS_SHOWN = 5
-"""Malformed tool calls of one reply described to the model; the rest are counted."""
 MIN_REPLY_TOKENS = 32
 """A prompt that leaves the reply less room than this ends the turn: no tool call fits in it."""
-MAX_ERROR_CHARS = 300
-"""Each description is cut to this (it may quote what the model sent)."""
 
 
 @dataclass(kw_only=True)
@@ -90,22 +87,6 @@ class TurnResult:
     tool_calls: int = 0
     text: str = ""
     replies: list[Reply] = field(default_factory=list)
-
-
-def _harness_note(errors: list, dropped: int, max_calls: int) -> str:
-    """What the model is told about calls of its reply that did not run: malformed ones (the
-    first few, each cut short: a flood of them costs one bounded message) and the `dropped`
-    ones past the per-reply limit. "" when every call ran."""
-    notes = []
-    if errors:
-        shown = "; ".join(e.message[:MAX_ERROR_CHARS] for e in errors[:MAX_ERRORS_SHOWN])
-        more = f" (and {len(errors) - MAX_ERRORS_SHOWN} more)" if len(errors) > MAX_ERRORS_SHOWN else ""
-        notes.append(f"{len(errors)} tool call(s) could not be read: {shown}{more}. Nothing was run for "
-                     "them; send them again as valid JSON.")
-    if dropped:
-        notes.append(f"{dropped} tool call(s) past the first {max_calls} of one message were not "
-                     f"run; send at most {max_calls} at a time.")
-    return "[harness] " + " ".join(notes) if notes else ""
 
 
 def answer_unanswered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -151,6 +132,8 @@ class Agent:
         self.log, self.events = log, events
         self.last_checkpoint: str | None = None
         self._turn_base: str | None = None
+        self._turn_start: int | None = None
+        """Where the latest turn's request is in `messages` (None: no turn to forget)."""
         self.messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         self._locks = WriteLocks()
         self._emitting: asyncio.Future | None = None
@@ -179,6 +162,8 @@ class Agent:
         self.messages = messages
         self._call_ids |= used_call_ids
         self._turn_base = turn_checkpoint
+        self._turn_start = max((i for i, m in enumerate(messages) if m["role"] == "user"
+                                and not str(m.get("content")).startswith("[harness]")), default=None)
         last_turn = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
         self._synced = self._seen = last_turn + 1
         if tokens is not None:
@@ -187,14 +172,26 @@ class Agent:
 
     def tell(self, note: str) -> None:
         """A `[harness]` message the model reads before the next request: what the person did
-        to the workspace between turns (agent/undo_notes.py)."""
+        to the workspace between turns (agent/harness_notes.py)."""
         self.messages.append({"role": "user", "content": note})
+
+    def forget_last_turn(self) -> None:
+        """Drops the latest turn from the conversation (its request, replies, results and what
+        came after): the model goes on as if it had not happened (a rewind that takes the
+        conversation back too). The next prompt is rendered again, `prefix_break: rewound`."""
+        if self._turn_start is None:
+            raise RuntimeError("there is no turn to forget")
+        del self.messages[self._turn_start:]
+        self._synced, self._seen = min(self._synced, len(self.messages)), min(self._seen, len(self.messages))
+        self.stream.pending = "rewound"
+        self._turn_start = self._turn_base = None
 
     # ---- the turn --------------------------------------------------------------------------------
 
     async def run_turn(self, text: str) -> TurnResult:
         """One user request to the end. Cancelling the task running this stops the model and
         kills running tools; writes are atomic, so no file is left half-written."""
+        self._turn_start = len(self.messages)
         self.messages.append({"role": "user", "content": text})
         self._log("user_message", text=text)
         result = TurnResult(stop_reason="end_turn")
@@ -302,7 +299,7 @@ class Agent:
         )
         dropped = len(reply.tool_calls[self.config.max_calls_per_step:])
         del reply.tool_calls[self.config.max_calls_per_step:]
-        note = _harness_note(reply.tool_call_errors, dropped, self.config.max_calls_per_step)
+        note = calls_note(reply.tool_call_errors, dropped, self.config.max_calls_per_step)
         if reply.text_only:
             prompt = None
         self._unique_ids(reply.tool_calls)

@@ -59,7 +59,16 @@ def history_updates(records: Iterable[dict[str, Any]], tools: ToolRegistry) -> l
     """The session's visible history as ACP session updates, in order."""
     updates: list[dict[str, Any]] = []
     workspace = "/"
-    for record in records:
+    shown: list[dict[str, Any]] = []
+    turn_start: int | None = None
+    for record in records:  # a turn taken back out of the conversation is not shown either
+        if record.get("type") == "user_message":
+            turn_start = len(shown)
+        elif record.get("forgot_turn") and turn_start is not None:
+            del shown[turn_start:]
+            turn_start = None
+        shown.append(record)
+    for record in shown:
         kind = record.get("type")
         if kind == "session":
             workspace = record.get("workspace", "/")
@@ -75,12 +84,13 @@ def history_updates(records: Iterable[dict[str, Any]], tools: ToolRegistry) -> l
 def conversation(records: Iterable[dict[str, Any]], system: str) -> list[dict[str, Any]]:
     """The chat messages of the logged session, as the loop builds them, to continue from: a
     call's tool results in the order of its calls (the log has them in the order they ended),
-    then the harness's corrective message, and what the model was told of a rewind or of changes
-    undone between turns."""
+    then the harness's corrective message, what the model was told of a rewind or of changes
+    undone between turns, and without the turns a rewind took out of the conversation."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     harness: str | None = None
     results: dict[str, dict[str, Any]] = {}
     order: list[str] = []
+    turn_start: int | None = None
 
     def settle() -> None:
         nonlocal harness
@@ -93,12 +103,17 @@ def conversation(records: Iterable[dict[str, Any]], system: str) -> list[dict[st
 
     for record in records:
         kind = record.get("type")
-        told = record.get("harness_message") if kind in ("restore", "edit_review") else None  # agent/undo_notes.py
+        told = record.get("harness_message") if kind in ("restore", "edit_review") else None  # agent/harness_notes.py
         if told or kind in ("user_message", "model_call"):
             settle()
         if told:
             messages.append({"role": "user", "content": told})
+        elif kind == "restore" and record.get("forgot_turn") and turn_start is not None:
+            settle()
+            del messages[turn_start:]  # the person took the turn back out of the conversation
+            turn_start = None
         elif kind == "user_message":
+            turn_start = len(messages)
             messages.append({"role": "user", "content": record["text"]})
         elif kind == "model_call":
             message: dict[str, Any] = {"role": "assistant", "content": record.get("text", "")}
@@ -161,6 +176,8 @@ def token_state(records: list[dict[str, Any]], model_id: str | None) -> TokenSta
         pending = "rebuilt_from_text"
     elif model_id is not None and model not in (None, model_id):
         pending = "model_changed"
+    elif any(r.get("forgot_turn") for r in records[max(i for i, r in enumerate(records) if r is last):]):
+        pending = "rewound"
     else:
         pending = "redaction" if last.get("redactions") else None
     return TokenState(count, known if ids is not None else None, ids or [], routing if ids else 0, tools, pending)
@@ -186,7 +203,7 @@ def last_turn_checkpoint(records: Iterable[dict[str, Any]]) -> str | None:
     """The checkpoint taken before the last turn's first change (what undoing that turn restores)."""
     found: str | None = None
     for record in records:
-        if record.get("type") == "user_message":
+        if record.get("type") == "user_message" or record.get("forgot_turn"):
             found = None
         elif record.get("type") == "checkpoint" and found is None:
             found = record.get("checkpoint_id")

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.buffer_rewind import BufferRewind, rewind_buffers
 from agent.checkpoints import CheckpointStore
+from agent.harness_notes import rewind_note, undo_note
 from agent.isolation import gate_session
 from agent.loop import Agent, LoopConfig, TurnResult
 from agent.outcomes import settle_previous_session, split_turns, turn_signals, undo_signal
@@ -50,20 +52,12 @@ from agent.tools.lints import ReadLints
 from agent.tools.search import Glob, Grep, ListDir
 from agent.tools.terminal import RunTerminal
 from agent.tools.todo import TodoWrite
-from agent.turn_review import (
-    BufferRewind,
-    FileHunks,
-    Pick,
-    UndoResult,
-    apply_review,
-    plan_review,
-    rewind_buffers,
-    turn_changes,
-)
-from agent.undo_notes import rewind_note, undo_note
+from agent.turn_review import FileHunks, Pick, UndoResult, apply_review, plan_review, turn_changes
 from agent.workspace import Workspace
 
 logger = logging.getLogger(__name__)
+MAX_LOGGED_PATHS = 1000
+"""Paths of each kind a restore record lists (the checkpoint store has them all)."""
 
 
 def log_path_of(workspace: Path, session_id: str, log_dir: Path | None = None) -> Path:
@@ -282,13 +276,17 @@ class Session:
         if self._turn is not None and not self._turn.done():
             self._turn.cancel()
 
-    async def restore(self, checkpoint_id: str) -> tuple[Any, BufferRewind]:
+    async def restore(self, checkpoint_id: str, forget: bool = False) -> tuple[Any, BufferRewind]:
         """Returns the workspace to a checkpoint: the disk in a thread (a big tree takes seconds,
         and the server's other sessions go on), then the agent's edits still unsaved in the
-        editor's buffers (agent/turn_review.py `rewind_buffers`). Refused while a turn runs, whose
-        tools would write on, and a prompt is refused while it runs. Returns the store's
-        RestoreResult (its backup records the unsaved buffers too) and the buffers put back."""
+        editor's buffers (agent/buffer_rewind.py). Refused while a turn runs, whose
+        tools would write on, and a prompt is refused while it runs. The model is told what went
+        back; with `forget` (the last turn's checkpoint only) the turn leaves the conversation
+        instead, as if it had not happened. Returns the store's RestoreResult (its backup records
+        the unsaved buffers too) and the buffers put back."""
         self._require_idle("rewinding")
+        if forget and checkpoint_id != self.agent.turn_checkpoint:
+            raise RuntimeError("only the last turn can leave the conversation: rewind to its checkpoint (the default)")
         recorded = self.checkpoints.buffers(checkpoint_id)  # damage refuses before anything changes
         ws = self.workspace
         before, unsaved = {p: ws.buffer(p)[0] for p in ws.open_buffers()}, ws.unsaved()
@@ -296,7 +294,7 @@ class Session:
 
         async def rewind() -> tuple[Any, BufferRewind]:
             result = await self.checkpoints.arestore(checkpoint_id, buffers=unsaved)
-            return result, await rewind_buffers(self.checkpoints, checkpoint_id, ws, before, recorded)
+            return result, await rewind_buffers(self.checkpoints, checkpoint_id, ws, before, unsaved, recorded)
 
         rewinding = asyncio.ensure_future(rewind())
         try:
@@ -304,11 +302,11 @@ class Session:
         except asyncio.CancelledError:  # the request was cancelled; the rewind runs to its end
             await asyncio.wait([rewinding])
             if not rewinding.cancelled() and rewinding.exception() is None:
-                self._log_restore(*rewinding.result())
+                self._log_restore(*rewinding.result(), forget)
             raise
         finally:
             self.changing = None
-        self._log_restore(result, buffers)
+        self._log_restore(result, buffers, forget)
         return result, buffers
 
     def _require_idle(self, doing: str) -> None:
@@ -362,13 +360,22 @@ class Session:
             raise RuntimeError(f"session {self.id} has no checkpoint to compare with")
         return checkpoint
 
-    def _log_restore(self, result: Any, buffers: BufferRewind) -> None:
-        """Logs the rewind and its outcome signal, and tells the model what it undid."""
+    def _log_restore(self, result: Any, buffers: BufferRewind, forget: bool) -> None:
+        """Logs the rewind and its outcome signal; tells the model what it undid, or forgets the
+        turn."""
         cp = result.checkpoint
-        note = rewind_note(cp.id, cp.label, result.changes, buffers.reverted)
-        self.agent.tell(note)
+        told: dict[str, Any] = {"forgot_turn": True}
+        if forget:
+            self.agent.forget_last_turn()
+        else:
+            told = {"harness_message": rewind_note(cp.id, cp.label, result.changes, buffers.reverted)}
+            self.agent.tell(told["harness_message"])
+        changes = result.changes.to_dict()
+        if any(len(paths) > MAX_LOGGED_PATHS for paths in changes.values()):  # a shell turn's `rm -rf`
+            told["changes_truncated"] = True
+            changes = {kind: paths[:MAX_LOGGED_PATHS] for kind, paths in changes.items()}
         self.log.write("restore", checkpoint_id=cp.id, backup_id=result.backup.id if result.backup else None,
-                       changes=result.changes.to_dict(), by="user", harness_message=note)
+                       changes=changes, by="user", **told)
         self.log.write("outcome", **undo_signal(cp.id))
 
     def _write_turn_signals(self) -> None:

@@ -9,8 +9,8 @@ only (a delta against its parent call).
 Where the exact prefix cannot hold, the prompt says why (`prefix_break`) and the trajectory
 splits there: old tool output was shortened to fit the context, the session was loaded from a
 log that holds no usable ids, the tools or the model changed, the chat template rewrites earlier
-turns, or the parent call's ids were redacted (the model saw a secret there; from this call on it
-sees the tag the log holds).
+turns, the person took a turn back out of the conversation (`rewound`), or the parent call's ids
+were redacted (the model saw a secret there; from this call on it sees the tag the log holds).
 
     stream = TokenStream(tokenizer)
     prompt = stream.next_prompt(messages, new_from=synced, tools=tools)   # a Prompt
@@ -28,7 +28,7 @@ from typing import Any
 
 from model.tokenizer import TemplateRewritesHistory
 
-REBUILD = frozenset({"rebuilt_from_text", "model_changed"})
+REBUILD = frozenset({"rebuilt_from_text", "model_changed", "rewound"})
 """Breaks after which the next prompt is rendered from the conversation's text."""
 
 

@@ -23,18 +23,12 @@ turn created goes away when its hunk is undone; one it deleted comes back with i
 Binary, over-large and non-regular files (links) are listed without hunks: a rewind restores them.
 `plan_review` reads and diffs (slow on huge files: run it in a thread); `apply_review` writes.
 
-A rewind restores the disk; `rewind_buffers` then takes back the agent's edits the disk alone
-would miss (an edit of an open file lives in its buffer until the person saves it):
-
-    recorded, before = store.buffers(checkpoint_id), {p: workspace.buffer(p)[0] for p in workspace.open_buffers()}
-    await store.arestore(checkpoint_id, buffers=workspace.unsaved())  # the backup keeps them too
-    await rewind_buffers(store, checkpoint_id, workspace, before, recorded)  # BufferRewind
-
 Tests: .venv/bin/python -m pytest tests/agent/test_turn_review.py
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 from collections.abc import Iterable
@@ -107,6 +101,8 @@ class _Write:
     data: bytes | None = None
     mode: int = 0o644
     """Bytes to put back as they were (a file the turn deleted), with their mode."""
+    now: str | None = None
+    """The file's text the plan was made from: written only while it still is (no typing since)."""
 
 
 @dataclass
@@ -174,7 +170,8 @@ def _hunks(old: list[str], new: list[str], whole_file: bool) -> tuple[Hunk, ...]
 # ---- the two sides -----------------------------------------------------------------------------
 
 
-def _sides(store: Any, checkpoint_id: str, workspace: Any, path: str, unsaved: dict[str, str]) -> _Sides | None:
+def checkpoint_sides(store: Any, checkpoint_id: str, workspace: Any, path: str,
+                     unsaved: dict[str, str]) -> _Sides | None:
     """The file's text at the checkpoint and now, as stored (None: absent); None when either
     side is binary, too large or not a regular file. `unsaved`: the checkpoint's unsaved buffers,
     whose text is the file's there (as the person saw it, not as the disk held it). An open
@@ -191,22 +188,27 @@ def _sides(store: Any, checkpoint_id: str, workspace: Any, path: str, unsaved: d
     on_disk = workspace.resolve(path)
     if on_disk.is_symlink() or (on_disk.exists() and not on_disk.is_file()):
         return None
-    buffer = workspace.buffer(path)
-    if buffer is not None:
-        now = buffer[0]
-        if len(now) > workspace.max_file_bytes:
-            return None
-        if stored is not None and not on_disk.exists() and now == before:  # left open after a shell deleted it
-            now = None
-        return _Sides(before, now, stored, path in unsaved)
     try:
-        now = workspace.read_text(path) if on_disk.exists() else None
+        now = text_now(workspace, path)
     except WorkspaceError:  # binary, too large
         return None
-    if now is not None:
-        fmt = workspace.text_format(path)
-        now = restore_newlines(now, fmt.newline if fmt else "\n")
+    if workspace.buffer(path) is not None and stored is not None and not on_disk.exists() and now == before:
+        now = None  # a buffer left open after a shell deleted the file
     return _Sides(before, now, stored, path in unsaved)
+
+
+def text_now(workspace: Any, path: str) -> str | None:
+    """The file's text as stored (its own line breaks): an open buffer's, else the disk's; None
+    when there is neither. Raises WorkspaceError for binary and over-large files."""
+    buffer = workspace.buffer(path)
+    if buffer is not None:
+        if len(buffer[0]) > workspace.max_file_bytes:
+            raise WorkspaceError(f"{path} is open with more than {workspace.max_file_bytes:,} characters")
+        return buffer[0]
+    if not workspace.resolve(path).exists():
+        return None
+    text, fmt = workspace.read_text(path), workspace.text_format(path)
+    return restore_newlines(text, fmt.newline if fmt else "\n")
 
 
 def turn_changes(store: Any, checkpoint_id: str, workspace: Any, also: Iterable[str] = ()) -> list[FileHunks]:
@@ -219,7 +221,7 @@ def turn_changes(store: Any, checkpoint_id: str, workspace: Any, also: Iterable[
     files = []
     also = {*also, *(set(unsaved) & set(workspace.open_buffers()))}  # a closed one's text was given up
     for path in sorted({p for p in on_disk if not p.endswith("/")} | also):
-        sides = _sides(store, checkpoint_id, workspace, path, unsaved)
+        sides = checkpoint_sides(store, checkpoint_id, workspace, path, unsaved)
         if sides is None:
             status = "added" if path in changes.added else "deleted" if path in changes.deleted else "modified"
             files.append(FileHunks(path, status, binary=True))
@@ -263,7 +265,7 @@ def plan_review(store: Any, checkpoint_id: str, workspace: Any, undo: Iterable[P
 
 def _plan_file(store: Any, checkpoint_id: str, workspace: Any, path: str,
                chosen: dict[str, dict[int, Pick]], unsaved: dict[str, str]) -> _Write | None:
-    sides = _sides(store, checkpoint_id, workspace, path, unsaved)
+    sides = checkpoint_sides(store, checkpoint_id, workspace, path, unsaved)
     if sides is None:
         raise WorkspaceError(f"{path} is binary, too large or not a regular file; rewind the turn to restore it")
     old, new = _lines(sides.before), _lines(sides.now)
@@ -277,11 +279,12 @@ def _plan_file(store: Any, checkpoint_id: str, workspace: Any, path: str,
         new[j1:j2] = old[i1:i2]  # from the end, so earlier indices still hold
     if sides.now is None and sides.stored is not None:  # the turn deleted it: its bytes and mode come back
         data = sides.stored.data
-        if sides.unsaved:  # with the text the person had unsaved, in the file's encoding
-            fmt = decode_bytes(data)[1]  # _sides decoded it
-            data = fmt.bom + "".join(new).encode(fmt.encoding, errors="replace")
+        if sides.unsaved:  # with the text the person had unsaved, in the file's encoding if it takes it
+            fmt = decode_bytes(data)[1]  # checkpoint_sides decoded it
+            with contextlib.suppress(UnicodeEncodeError):
+                data = fmt.bom + "".join(new).encode(fmt.encoding)
         return _Write(data=data, mode=sides.stored.mode & 0o7777)
-    return _Write() if sides.before is None and not new else _Write(text="".join(new))
+    return _Write(now=sides.now) if sides.before is None and not new else _Write(text="".join(new), now=sides.now)
 
 
 async def apply_review(workspace: Any, plan: ReviewPlan) -> UndoResult:
@@ -290,6 +293,8 @@ async def apply_review(workspace: Any, plan: ReviewPlan) -> UndoResult:
     result = plan.result
     for path, write in plan.writes.items():
         try:
+            if text_now(workspace, path) != write.now:
+                raise WorkspaceError(f"{path} changed while its changes were undone; list them again")
             if write.data is not None:
                 atomic_write(workspace.resolve(path), write.data, mode=write.mode)
             elif write.text is None:
@@ -300,45 +305,4 @@ async def apply_review(workspace: Any, plan: ReviewPlan) -> UndoResult:
             result.refused[path] = str(err)
             result.undone = [p for p in result.undone if p.path != path]
             result.kept = [p for p in result.kept if p.path != path]
-    return result
-
-
-@dataclass
-class BufferRewind:
-    reverted: list[str] = field(default_factory=list)
-    refused: dict[str, str] = field(default_factory=dict)
-    """path -> why the editor did not take its text back."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"reverted": self.reverted, "refused": self.refused}
-
-
-async def rewind_buffers(store: Any, checkpoint_id: str, workspace: Any, before: dict[str, str],
-                         recorded: dict[str, str]) -> BufferRewind:
-    """After a rewind put the disk back: takes back the agent's edits of open buffers, which the
-    disk alone misses, as editor edits the person can undo there. `before`: every open buffer's
-    text just before the rewind; `recorded`: the checkpoint's unsaved buffers (`store.buffers`).
-    A buffer that held the agent's last edit gets its text at the checkpoint (its unsaved text
-    then, else the file's); one the person typed in after that edit, or during the rewind, is
-    refused, never overwritten; one the agent never edited is theirs and left alone, as is every
-    buffer without an editor to edit it."""
-    result = BufferRewind()
-    if workspace.edit_sink is None:
-        return result
-    for path, text in sorted(before.items()):
-        left = workspace.last_edit(path)
-        if left is None:
-            continue
-        if left != text or (workspace.buffer(path) or (None,))[0] != text:
-            result.refused[path] = ("changed after the agent's edit; undo the turn's changes there one by one "
-                                    "(composer/turnChanges), which keeps yours")
-            continue
-        sides = _sides(store, checkpoint_id, workspace, path, recorded)
-        if sides is None or sides.before is None or sides.before == sides.now:
-            continue
-        try:
-            await workspace.apply_text(path, sides.before)
-            result.reverted.append(path)
-        except Exception as err:  # an editor's failure (a dropped connection too) is reported per buffer
-            result.refused[path] = str(err)
     return result

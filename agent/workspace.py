@@ -30,7 +30,7 @@ import contextlib
 import difflib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -43,6 +43,7 @@ from agent.exceptions import (
     OutsideWorkspaceError,
     WorkspaceError,
 )
+from agent.ignore_rules import IgnoreFiles, ignored
 from agent.textfile import (
     SNIFF_BYTES,
     TextFormat,
@@ -94,50 +95,6 @@ class _Buffer:
     reload is on its way)."""
 
 
-@dataclass
-class _IgnoreFiles:
-    """Parsed .gitignore files, re-read when their mtime or size changes."""
-
-    root: Path
-    cache: dict[str, tuple[tuple[int, int], pathspec.GitIgnoreSpec | None]] = field(
-        default_factory=dict
-    )
-
-    def load(self, file: Path) -> pathspec.GitIgnoreSpec | None:
-        try:
-            st = file.stat()
-        except OSError:
-            return None
-        key, stamp = str(file), (st.st_mtime_ns, st.st_size)
-        hit = self.cache.get(key)
-        if hit is not None and hit[0] == stamp:
-            return hit[1]
-        lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
-        spec = pathspec.GitIgnoreSpec.from_lines(lines)
-        spec = spec if spec.patterns else None
-        self.cache[key] = (stamp, spec)
-        return spec
-
-    def base_rules(self) -> list[tuple[str, pathspec.GitIgnoreSpec]]:
-        """`.git/info/exclude` (lowest precedence), then the root .gitignore."""
-        specs = (
-            self.load(self.root / ".git" / "info" / "exclude"),
-            self.load(self.root / ".gitignore"),
-        )
-        return [("", spec) for spec in specs if spec is not None]
-
-
-def _ignored(rules: list[tuple[str, pathspec.GitIgnoreSpec]], rel: str, is_dir: bool) -> bool:
-    """Git's precedence: the deepest .gitignore with a matching pattern decides, and within one
-    file the last matching pattern (a `!negation` un-ignores)."""
-    for prefix, spec in reversed(rules):
-        sub = rel[len(prefix) :] + ("/" if is_dir else "")
-        include = spec.check_file(sub).include
-        if include is not None:
-            return include
-    return False
-
-
 class Workspace:
     def __init__(
         self,
@@ -168,7 +125,7 @@ class Workspace:
         self._left: dict[str, str] = {}
         """Path -> the text this workspace's last editor edit left in its buffer."""
         self._formats: dict[str, TextFormat] = {}
-        self._ignore = _IgnoreFiles(self.root)
+        self._ignore = IgnoreFiles(self.root)
 
     # ---- paths -----------------------------------------------------------------------------
 
@@ -269,14 +226,15 @@ class Workspace:
                 if not buf.saved and len(buf.text) <= self.max_file_bytes and self._on_disk(rel) != buf.text}
 
     def _is_saved(self, rel: str, text: str) -> bool:
-        """Whether `text` is the file's on the disk; a UTF-8 file of another length cannot hold
-        it, which spares the read for most of an editor's reports."""
+        """Whether `text` is the file's on the disk; a file known to be UTF-8 without a BOM and
+        of another length cannot hold it, which spares the read for most of an editor's reports."""
         try:
             size = (self.root / rel).stat().st_size
         except OSError:
             return False
-        fmt = self._formats.get(rel, TextFormat())
-        if fmt.encoding == "utf-8" and not fmt.bom and size != len(text.encode("utf-8", "surrogatepass")):
+        fmt = self._formats.get(rel)
+        plain_utf8 = fmt is not None and fmt.encoding == "utf-8" and not fmt.bom
+        if size > self.max_file_bytes or (plain_utf8 and size != len(text.encode("utf-8", "surrogatepass"))):
             return False
         return self._on_disk(rel) == text
 
@@ -453,9 +411,7 @@ class Workspace:
         buf = self._buffers.get(rel)
         if buf is not None and self.edit_sink is not None:
             raw = restore_newlines(new_text, newline_style(buf.text))
-            self._left[rel] = raw  # before the await: the editor's didChange may come during it
             if not await self.edit_sink.apply(rel, buf.text, raw, buf.version):
-                self._left.pop(rel, None)
                 raise EditorRefusedError(
                     f"the editor refused the edit to {rel} (the user rejected it or the buffer "
                     f"changed meanwhile); read {rel} again, then retry or ask the user"
@@ -464,6 +420,7 @@ class Workspace:
             # report that came while the edit was answered (with any typing) is the buffer now.
             if self._buffers.get(rel) is buf:
                 self._buffers[rel] = _Buffer(raw, None)
+            self._left[rel] = raw
             return "editor"
         await asyncio.to_thread(self.write_text, rel, new_text)
         if buf is not None:
@@ -527,7 +484,7 @@ class Workspace:
         for i in range(1, len(parts) + 1):
             sub = "/".join(parts[:i])
             is_dir = i < len(parts) or os.path.isdir(self.root / sub)
-            if _ignored(rules, sub, is_dir):
+            if ignored(rules, sub, is_dir):
                 return True
             if is_dir:
                 self._add_rules(rules, sub + "/")
@@ -572,7 +529,7 @@ class Workspace:
                 continue
             path = prefix + name
             is_dir = entry.is_dir(follow_symlinks=False)
-            if rules and _ignored(rules, path, is_dir):
+            if rules and ignored(rules, path, is_dir):
                 continue
             if is_dir:
                 stack.append(self._frame(path + "/", entry.path, rules, include_ignored))

@@ -272,17 +272,19 @@ class SessionHub:
 
     async def rewind(self, params: Any) -> dict[str, Any]:
         """Restores the workspace to a checkpoint (default: before the last turn's first
-        change), shell-made changes and the editor's unsaved buffers included."""
+        change), shell-made changes and the editor's unsaved buffers included; with
+        `conversation: true` the last turn leaves the conversation too."""
         session = self.session(params)
         checkpoint = _field(params, "checkpointId", str, required=False) or session.agent.turn_checkpoint
+        forget = bool(_field(params, "conversation", bool, required=False))
         if checkpoint is None:
             raise RequestError(f"session {session.id} has no checkpoint to go back to")
         try:
-            result, buffers = await session.restore(checkpoint)
+            result, buffers = await session.restore(checkpoint, forget=forget)
         except (CheckpointError, RuntimeError, OSError) as err:
             raise RequestError(str(err)) from None
         return {"checkpointId": checkpoint, "changes": result.changes.to_dict(), "buffers": buffers.to_dict(),
-                "backupCheckpointId": result.backup.id if result.backup else None}
+                "forgotTurn": forget, "backupCheckpointId": result.backup.id if result.backup else None}
 
     async def turn_changes(self, params: Any) -> dict[str, Any]:
         """The changes since a checkpoint (default: before the last turn's first change), hunk by

@@ -133,6 +133,12 @@ class ComposerServer(LanguageServer):
         else:
             workspace.set_buffer(str(path), text, version)
 
+    def _saved(self, params: types.DidSaveTextDocumentParams) -> None:
+        """The buffer is the file now (the workspace's `saved`, which keeps it out of the unsaved
+        buffers a checkpoint records), and the index reads it."""
+        self._mirror(params.text_document.uri)
+        self.indexing.saved(params.text_document.uri)
+
     def _mirror(self, uri: str, closed: bool = False) -> None:
         doc = None if closed else self.workspace.get_text_document(uri)
         for workspace in self._workspaces.values():
@@ -145,8 +151,7 @@ class ComposerServer(LanguageServer):
         self.feature(types.INITIALIZED)(_handler(self._initialized))
         self.feature(types.TEXT_DOCUMENT_DID_OPEN)(lambda p: self._mirror(p.text_document.uri))
         self.feature(types.TEXT_DOCUMENT_DID_CHANGE)(_handler(self._changed))
-        self.feature(types.TEXT_DOCUMENT_DID_SAVE, types.SaveOptions(include_text=False))(
-            lambda p: self.indexing.saved(p.text_document.uri))
+        self.feature(types.TEXT_DOCUMENT_DID_SAVE, types.SaveOptions(include_text=False))(_handler(self._saved))
         self.feature(types.TEXT_DOCUMENT_DID_CLOSE)(_handler(self._closed))
         self.feature(types.SHUTDOWN)(_handler(self._shutdown))
         self.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(

@@ -8,11 +8,12 @@ from __future__ import annotations
 import pytest
 from scripted_engine import ScriptedEngine  # tests/agent is no package: on sys.path
 
+from agent.buffer_rewind import rewind_buffers
 from agent.checkpoints import CheckpointStore
 from agent.object_store import CheckpointCorrupt
 from agent.policy import EnginePolicy
 from agent.session import Session, SessionConfig
-from agent.turn_review import Pick, apply_review, plan_review, rewind_buffers, turn_changes
+from agent.turn_review import Pick, apply_review, plan_review, turn_changes
 from agent.workspace import Workspace
 
 
@@ -34,9 +35,10 @@ class Editor:
 
 async def rewind(store, checkpoint, ws):
     """What Session.restore does: the disk, then the buffers."""
-    recorded, before = store.buffers(checkpoint), {p: ws.buffer(p)[0] for p in ws.open_buffers()}
-    store.restore(checkpoint, buffers=ws.unsaved())
-    return await rewind_buffers(store, checkpoint, ws, before, recorded)
+    recorded, unsaved = store.buffers(checkpoint), ws.unsaved()
+    before = {p: ws.buffer(p)[0] for p in ws.open_buffers()}
+    store.restore(checkpoint, buffers=unsaved)
+    return await rewind_buffers(store, checkpoint, ws, before, unsaved, recorded)
 
 
 @pytest.fixture
@@ -137,7 +139,7 @@ async def test_a_rewind_takes_back_only_the_agent_s_edits_of_buffers(editor_ws):
     editor.refuse.add("b.py")
     result = await rewind(store, checkpoint, ws)
     assert result.reverted == ["a.py", "win.txt"] and sorted(result.refused) == ["b.py", "typed.py"]
-    assert "changed after the agent's edit" in result.refused["typed.py"]
+    assert "changed it after the agent's edit" in result.refused["typed.py"]
     assert ws.buffer("a.py")[0] == "a.py, unsaved\n" and ws.buffer("win.txt")[0] == "x\r\n"
     assert ws.buffer("typed.py")[0] == "the agent's\nand the person's line\n", "the person's typing is kept"
     assert ws.buffer("mine.py")[0] == "the person's, typed during the turn\n"
@@ -184,3 +186,53 @@ def test_a_buffer_never_saved_or_closed_since_is_not_the_turn_s_change(editor_ws
     checkpoint = store.create("turn", ws.unsaved()).id
     ws.clear_buffer("closed.py")  # closed without saving
     assert turn_changes(store, checkpoint, ws) == []
+
+
+async def test_a_rewind_leaves_saved_and_already_undone_buffers_to_the_editor(editor_ws):
+    root, ws, _ = editor_ws
+    for name in ("saved.py", "undone.py"):
+        (root / name).write_text(f"{name}\n")
+        ws.set_buffer(name, f"{name}\n", 1)
+    store = CheckpointStore(root)
+    checkpoint = store.create("turn", ws.unsaved()).id
+    for name in ("saved.py", "undone.py", "made.py"):
+        if name == "made.py":  # the turn creates it; the person opens it; the agent edits it there
+            (root / name).write_text("made\n")
+            ws.set_buffer(name, "made\n", 1)
+        await ws.apply_text(name, "the agent's\n")
+    (root / "saved.py").write_text("the agent's\n")  # the person saved the agent's edit
+    ws.set_buffer("saved.py", "the agent's\n", 3)
+    ws.set_buffer("undone.py", "undone.py\n", 4)  # Ctrl-Z in the editor
+    result = await rewind(store, checkpoint, ws)
+    assert result.reverted == [] and list(result.refused) == ["made.py"]
+    assert "the turn created this file" in result.refused["made.py"]
+    assert ws.buffer("saved.py")[0] == "the agent's\n", "no edit sent: the editor reloads a saved buffer"
+    assert (root / "saved.py").read_text() == "saved.py\n" and not (root / "made.py").exists()
+
+
+async def test_typing_while_hunks_are_undone_is_never_overwritten(editor_ws):
+    root, ws, _ = editor_ws
+    (root / "app.py").write_text("a = 1\nb = 2\n")
+    ws.set_buffer("app.py", "a = 1\nb = 2\n", 1)
+    store = CheckpointStore(root)
+    checkpoint = store.create("turn", ws.unsaved()).id
+    await ws.apply_text("app.py", "a = 10\nb = 2\n")
+    [app] = turn_changes(store, checkpoint, ws, also=["app.py"])  # the session names the buffers it edited
+    plan = plan_review(store, checkpoint, ws, [Pick("app.py", 0, app.hunks[0].digest)], [])
+    ws.set_buffer("app.py", "a = 10\nb = 2\nc = 3  # typed meanwhile\n", 3)
+    result = await apply_review(ws, plan)
+    assert "changed while its changes were undone" in result.refused["app.py"] and not result.undone
+    assert ws.buffer("app.py")[0].endswith("c = 3  # typed meanwhile\n")
+
+
+async def test_a_deleted_file_keeps_its_bytes_when_its_recorded_text_does_not_fit_its_encoding(editor_ws):
+    root, ws, _ = editor_ws
+    (root / "menu.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+    ws.set_buffer("menu.txt", "caf\ufffd au lait\n", 1)  # an editor that decoded it as UTF-8
+    store = CheckpointStore(root)
+    checkpoint = store.create("turn", ws.unsaved()).id
+    ws.clear_buffer("menu.txt")
+    (root / "menu.txt").unlink()  # `rm` in the turn
+    [menu] = turn_changes(store, checkpoint, ws)
+    await apply_review(ws, plan_review(store, checkpoint, ws, [Pick("menu.txt", 0, menu.hunks[0].digest)], []))
+    assert (root / "menu.txt").read_bytes() == "caf\xe9 au lait\n".encode("latin-1")

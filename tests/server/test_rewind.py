@@ -138,3 +138,32 @@ async def test_rewind_and_review_reach_the_unsaved_buffer_the_agent_edited(works
         await stop_client(client)
     now = (workspace / "config.py").stat()
     assert (now.st_ino, now.st_mtime_ns) == (on_disk.st_ino, on_disk.st_mtime_ns), "the disk was never written"
+
+
+async def test_a_rewind_can_take_the_turn_out_of_the_conversation(workspace, model, tmp_path):
+    edit = {"name": "edit_file", "arguments": {"path": "hello.py", "old_string": "hello", "new_string": "goodbye"}}
+    model.script = [[{"text": "", "tool_calls": [edit]}, {"text": "Done."}]]
+    client = await start_client(workspace, model.url, tmp_path / "logs", "--index", "off")
+    try:
+        session_id = await _turn(client, workspace)  # "reorganise": the edit
+        with pytest.raises(Exception, match="conversation must be a bool"):
+            await client.protocol.send_request_async("composer/rewind", {"sessionId": session_id, "conversation": "yes"})
+        told = await client.protocol.send_request_async("composer/rewind", {"sessionId": session_id})
+        assert told["forgotTurn"] is False and (workspace / "hello.py").read_text() == "print('hello')\n"
+        asked = len(model.requests)
+        await client.protocol.send_request_async("session/prompt", {"sessionId": session_id,
+                                                                    "prompt": [{"type": "text", "text": "next"}]})
+        seen = json.dumps(model.requests[asked]["messages"])
+        assert "reorganise" in seen and "restored the workspace" in seen, "the model is told of the rewind"
+
+        session_id = await _turn(client, workspace)
+        forgot = await client.protocol.send_request_async("composer/rewind", {"sessionId": session_id,
+                                                                              "conversation": True})
+        assert forgot["forgotTurn"] is True and (workspace / "hello.py").read_text() == "print('hello')\n"
+        asked = len(model.requests)
+        await client.protocol.send_request_async("session/prompt", {"sessionId": session_id,
+                                                                    "prompt": [{"type": "text", "text": "next"}]})
+        assert [m["role"] for m in model.requests[asked]["messages"]] == ["system", "user"], \
+            "the model goes on as if the turn never was"
+    finally:
+        await stop_client(client)

@@ -33,9 +33,12 @@ command('ComposerChanges', function()
   require('composer').changes()
 end, { desc = "Composer: keep or undo the last turn's changes hunk by hunk" })
 
-command('ComposerUndo', function()
-  require('composer').undo_turn()
-end, { desc = "Composer: undo the chat session's last turn, unsaved buffers included" })
+command('ComposerUndo', function(o)
+  require('composer').undo_turn(o.bang)
+end, {
+  bang = true,
+  desc = "Composer: undo the chat session's last turn, unsaved buffers included (!: and forget it)",
+})
 
 command('ComposerMode', function(o)
   require('composer').set_mode(o.args)

@@ -109,9 +109,10 @@ export async function pickSession(ctx: CommandContext): Promise<void> {
 
 async function undoLastTurn(ctx: CommandContext): Promise<void> {
   const ok = await vscode.window.showWarningMessage('Undo the last turn? Files go back to how they were before its first change.',
-    { modal: true }, 'Undo');
-  if (ok !== 'Undo') return;
-  await ctx.sessions.rewind();
+    { modal: true, detail: '"Undo and forget it" also takes the turn out of the conversation: Composer goes on as if it had not happened.' },
+    'Undo', 'Undo and forget it');
+  if (!ok) return;
+  await ctx.sessions.rewind(undefined, ok === 'Undo and forget it');
 }
 
 export function registerCommands(ctx: CommandContext): vscode.Disposable[] {

@@ -456,6 +456,18 @@ describe('reviewing a turn\'s changes hunk by hunk', () => {
     expect(review().stale).toBe(true);
   });
 
+  it('asks the server to forget the turn when told to, and says so', async () => {
+    const asked: unknown[] = [];
+    const { client } = await changed({ 'composer/rewind': (params: unknown) => {
+      asked.push(params);
+      return { checkpointId: CHECKPOINT, forgotTurn: true };
+    } });
+    await client.rewind(undefined, true);
+    expect(asked).toEqual([{ sessionId: expect.any(String), conversation: true }]);
+    const notes = client.state.sessions[client.state.currentId!].items.filter((i: any) => i.type === 'notice');
+    expect(notes.at(-1)).toMatchObject({ text: expect.stringContaining('Composer forgot it') });
+  });
+
   it('says which open editors a rewind did not put back, and why', async () => {
     const { client } = await changed({ 'composer/rewind': () => ({ checkpointId: CHECKPOINT,
       buffers: { reverted: ['a.py'], refused: { 'b.py': 'the editor refused the edit to b.py' } } }) });

@@ -273,6 +273,14 @@ function S.undo_turn()
     chat_text():find('Undid the last turn: 0 paths restored on disk, 1 open buffers', 1, true),
     'the chat says it'
   )
+  undone = nil
+  vim.cmd('ComposerUndo!') -- again, and out of the conversation too
+  wait(20000, function()
+    return undone ~= nil
+  end, ':ComposerUndo! to answer')
+  check(undone.forgotTurn == true, 'the server forgot the turn')
+  check(chat_text():find('Composer forgot the turn', 1, true), 'the chat says so')
+  check(vim.deep_equal(lines(buf), { "print('hello')", '# mine, unsaved' }), 'nothing more changed')
 end
 
 function S.stale_edit()

@@ -184,9 +184,11 @@ function Composer.changes()
   require('composer.changes').open(client, session_id, Composer.config.changes.open)
 end
 
---- :ComposerUndo: undoes the chat session's last turn (|:ComposerUndo|): the files go back to
+--- :ComposerUndo[!]: undoes the chat session's last turn (|:ComposerUndo|): the files go back to
 --- before its first change, shell-made changes included, and so do the buffers it edited unsaved.
-function Composer.undo_turn()
+--- `forget` (the bang): the turn leaves the conversation too.
+---@param forget? boolean
+function Composer.undo_turn(forget)
   local client, session_id = H.idle_session(
     'no chat session yet, so no turn to undo',
     'a turn is running; :ComposerCancel it first'
@@ -194,7 +196,8 @@ function Composer.undo_turn()
   if not client then
     return
   end
-  client:request('composer/rewind', { sessionId = session_id }, function(err, result)
+  local params = { sessionId = session_id, conversation = forget or nil }
+  client:request('composer/rewind', params, function(err, result)
     if err then
       return H.notify('undo failed: ' .. err.message, vim.log.levels.ERROR)
     end
@@ -204,6 +207,9 @@ function Composer.undo_turn()
     local note = 'Undid the last turn: %d paths restored on disk, %d open buffers put back (`u` there'
       .. ' undoes that); checkpoint %s holds the turn'
     H.chat().note(note:format(paths, reverted, backup))
+    if result.forgotTurn then
+      H.chat().note('Composer forgot the turn: the next prompt goes on from before it')
+    end
     local refused = {}
     for path, why in pairs(buffers.refused or {}) do
       refused[#refused + 1] = path .. ' (' .. why .. ')'

@@ -333,13 +333,15 @@ export class SessionClient {
     await this.conn.sendNotification(METHODS.cancel, { sessionId: id });
   }
 
-  /** Restores the workspace to before the last turn's first change (composer/rewind). */
-  async rewind(sessionId?: string): Promise<RewindResult> {
+  /** Restores the workspace to before the last turn's first change (composer/rewind); `forget`:
+   * the turn leaves the conversation too, as if it had not happened. */
+  async rewind(sessionId?: string, forget = false): Promise<RewindResult> {
     const id = sessionId ?? this.current.currentId;
     if (!id) throw new Error('There is no session to undo');
-    const result = await this.request<RewindResult>(METHODS.rewind, { sessionId: id });
+    const result = await this.request<RewindResult>(METHODS.rewind, forget ? { sessionId: id, conversation: true } : { sessionId: id });
     this.dispatch({ type: 'reviewStale', sessionId: id });
-    this.dispatch({ type: 'notice', sessionId: id, level: 'info', text: 'Undid the last turn: the workspace is back where it was before it.' });
+    const forgot = forget ? ' Composer forgot it: the next prompt goes on from before it.' : '';
+    this.dispatch({ type: 'notice', sessionId: id, level: 'info', text: `Undid the last turn: the workspace is back where it was before it.${forgot}` });
     const refused = Object.entries(result.buffers?.refused ?? {});
     if (refused.length) {
       const why = refused.map(([path, reason]) => `${path} (${reason})`).join('; ');

@@ -141,6 +141,8 @@ export interface RewindResult {
   changes?: unknown;
   /** Open buffers put back as the checkpoint saw them (editor edits), and those the editor refused. */
   buffers?: { reverted: string[]; refused: Record<string, string> };
+  /** The turn left the conversation too (asked with `conversation: true`). */
+  forgotTurn?: boolean;
   backupCheckpointId?: string | null;
 }
 

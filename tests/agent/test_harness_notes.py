@@ -1,4 +1,4 @@
-"""The model is told when the person undoes its work between turns (agent/undo_notes.py): after
+"""The model is told when the person undoes its work between turns (agent/harness_notes.py): after
 a rewind and after changes undone hunk by hunk, the next prompt holds a `[harness]` note naming
 the files, the log keeps it, and a session loaded from the log continues with the same messages.
 The real Session, tools, checkpoints and log; a scripted engine stands in for the model."""
@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from scripted_engine import ScriptedEngine  # tests/agent is no package: on sys.path
 
 from agent.checkpoint_records import Changes
+from agent.harness_notes import MAX_PATHS, rewind_note, undo_note
 from agent.policy import EnginePolicy
 from agent.session import Session, SessionConfig
 from agent.session_log import read_session
 from agent.turn_review import Pick
-from agent.undo_notes import MAX_PATHS, rewind_note, undo_note
 
 
 def test_the_notes_name_the_files_and_count_the_rest():
@@ -87,3 +88,40 @@ def test_a_note_on_a_record_does_not_move_a_pending_harness_message():
                {"type": "restore", "checkpoint_id": "c1", "harness_message": "[harness] rewound"}]
     roles = [(m["role"], m.get("content")) for m in conversation(records, "sys")]
     assert roles[-3:] == [("tool", "ok"), ("user", "[harness] fix the JSON"), ("user", "[harness] rewound")]
+
+
+async def test_a_rewind_that_forgets_the_turn_leaves_no_trace_in_the_conversation(tmp_path, real_tokenizer):
+    """`forget`: the files go back and the turn leaves the conversation; the next prompt is the
+    conversation without it, rendered again (prefix_break rewound), and a loaded session has
+    neither the turn in its conversation nor in the history its client is shown."""
+    tok = real_tokenizer
+    root = tmp_path / "repo"
+    root.mkdir()
+    session = await _session(root, tok, [*_write_then_answer(tok, "a.py"), *_write_then_answer(tok, "b.py")])
+    engine = session.agent.policy.engine
+    await session.prompt("write a")
+    after_first = [dict(m) for m in session.agent.messages]
+    await session.prompt("write b")
+    first_checkpoint = session.agent.turn_checkpoint
+    with pytest.raises(RuntimeError, match="only the last turn"):
+        await session.restore("some-older-checkpoint", forget=True)
+    await session.restore(first_checkpoint, forget=True)
+    assert session.agent.messages == after_first and not (root / "b.py").exists() and (root / "a.py").exists()
+    assert session.agent.turn_checkpoint is None, "nothing left to rewind to by default"
+    loaded, history = await Session.load(SessionConfig(workspace=root, log_dir=tmp_path / "logs", index="off",
+                                                       repo_map_tokens=0, warm_checkpoints=False),
+                                         session.id, policy=EnginePolicy(ScriptedEngine(tok, [])))
+    assert loaded.agent.messages == after_first and loaded.agent.stream.pending == "rewound"
+    asked = [u["content"]["text"] for u in history if u.get("sessionUpdate") == "user_message_chunk"]
+    assert asked == ["write a"], "the client is not shown the turn either"
+    loaded.close()
+
+    await session.prompt("write c")  # the live session goes on without the turn
+    prompt_ids, _ = engine.seen[-1]
+    assert prompt_ids == tok.encode_prompt([*after_first, {"role": "user", "content": "write c"}],
+                                           session.agent.tools.openai_tools()), "what the engine saw"
+    session.close()
+    records = read_session(session.log_path)
+    restore = next(r for r in records if r["type"] == "restore")
+    assert restore["forgot_turn"] is True and "harness_message" not in restore
+    assert [r for r in records if r["type"] == "model_call"][-1]["prefix_break"] == {"reason": "rewound"}
