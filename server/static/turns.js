@@ -1,8 +1,9 @@
 /* Composer web chat page: turns. Sending a prompt (creating the session first when the page
  * shows a draft, in the mode picked for it), the turn's end note, cancel, and "Undo last turn"
- * (composer/rewind); "Review changes" is review.js. */
+ * (composer/rewind), then "Forget the turn too" (conversation: true); "Review changes" is
+ * review.js. */
 
-import {$, plural, showError, toast} from "./dom.js";
+import {$, el, plural, showError, toast} from "./dom.js";
 import {autosize, renderTitle, updateControls} from "./chrome.js";
 import {settlePermissions} from "./permissions.js";
 import {closeReview} from "./review.js";
@@ -108,12 +109,28 @@ export async function undoLastTurn() {
     }
     const what = parts.length ? parts.join("; ") : "no files changed";
     const backup = result && result.backupCheckpointId ? ` (backup checkpoint ${result.backupCheckpointId})` : "";
-    appendNote(s, "rewind", `Undid the last turn's changes: restored checkpoint ${result && result.checkpointId}; ${what}${backup}.`);
+    const note = appendNote(s, "rewind", `Undid the last turn's changes: restored checkpoint ${result && result.checkpointId}; ${what}${backup}. `);
+    note.append(el("button", {type: "button", class: "forget", "data-testid": "forget-turn",
+      title: "Take the turn out of the conversation too: Composer goes on as if it had not happened",
+      onclick: (event) => forgetLastTurn(s, event.currentTarget)}, "Forget the turn too"));
     closeReview();
     toast("Restored the files to before the last turn.", "info");
   } catch (err) {
     showError(`Undo failed: ${err.message}`);
   } finally {
     updateControls();
+  }
+}
+
+/** After an undo: composer/rewind again, with the turn taken out of the conversation. */
+async function forgetLastTurn(s, button) {
+  if (s.running) return;
+  button.disabled = true;
+  try {
+    await request("composer/rewind", {sessionId: s.id, conversation: true});
+    button.replaceWith("Composer forgot the turn: the next prompt goes on from before it.");
+  } catch (err) {
+    button.disabled = false;
+    showError(`Forgetting the turn failed: ${err.message}`);
   }
 }

@@ -334,6 +334,13 @@ def test_undo_after_a_shell_turn_restores_the_tree_byte_for_byte(page, server: S
     expect(page.locator(".note.rewind")).to_contain_text("src/lib.py")
     assert changed_paths(before, snapshot(server.workspace)) == []
 
+    page.get_by_test_id("forget-turn").click()  # and out of the conversation
+    expect(page.locator(".note.rewind")).to_contain_text("Composer forgot the turn")
+    page.reload()  # session/load: the forgotten turn is not shown again
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    expect(page.locator("#sessions .session-item[aria-current=true]")).to_have_count(1)  # it is the one shown
+    expect(page.locator(".message.user")).to_have_count(0)
+
 
 def review_sent(sent: list[dict]) -> list[dict]:
     """The params of the page's composer/reviewHunks requests, in order."""
