@@ -415,10 +415,15 @@ class Agent:
             self.last_checkpoint = checkpoint.id
             self._turn_base = self._turn_base or checkpoint.id
             self._log("checkpoint", checkpoint_id=checkpoint.id, label=checkpoint.label)
-        results = await asyncio.gather(*(self._run_one(c, ok, group) for c, ok in zip(calls, allowed)))
-        for call, result in zip(calls, results):
-            content, _ = truncate(result.for_model(), self.config.tool_result_chars, "Narrow the request to see more.")
-            self.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
+        runs = [asyncio.ensure_future(self._run_one(c, ok, group)) for c, ok in zip(calls, allowed)]
+        try:
+            await asyncio.gather(*runs)
+        finally:  # a cancelled step answers the calls that ran (in call order); the rest get a note
+            for call, run in zip(calls, runs):
+                if run.done() and not run.cancelled() and run.exception() is None:
+                    content, _ = truncate(run.result().for_model(), self.config.tool_result_chars,
+                                          "Narrow the request to see more.")
+                    self.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
 
     async def _permitted(self, call: ToolCall) -> bool:
         if self.permissions is None:

@@ -113,6 +113,28 @@ async def test_cancelling_the_turn_stops_a_running_tool(tmp_path):
     assert log and log[0][3] - log[0][2] < 5  # the tool's sleep was interrupted
 
 
+async def test_a_cancelled_step_answers_the_calls_that_ran_as_a_reloaded_session_does(tmp_path):
+    """The model is told what ran before the cancel (a write that finished did happen), and the
+    conversation rebuilt from the log (agent/replay.py) is the same."""
+    from agent.replay import conversation
+    from agent.session_log import SessionLog, read_session
+
+    log_file = SessionLog.open(tmp_path, model={"id": "scripted"}, sampler={}, tools=[], system_prompt="sys",
+                               log_dir=tmp_path / "logs")
+    agent, _, _, _ = make_agent(tmp_path, [calls(("shell", {"seconds": 30}), ("look", {"seconds": 0}),
+                                                 ("write", {"path": "a.py", "seconds": 0}))], log=log_file)
+    task = asyncio.create_task(agent.run_turn("go"))
+    await asyncio.sleep(0.3)
+    task.cancel()
+    assert (await task).stop_reason == "cancelled"
+    log_file.close()
+    answers = [m for m in agent.messages if m["role"] == "tool"]
+    assert [a["name"] for a in answers] == ["look", "shell", "write"]  # the write waited for the shell command
+    assert answers[0]["content"].startswith("x")
+    assert all("turn ended before this call ran" in a["content"] for a in answers[1:])
+    assert conversation(read_session(log_file.path), "sys") == agent.messages
+
+
 async def test_step_limit(tmp_path):
     agent, _, _, _ = make_agent(tmp_path, [calls(("look", {"seconds": 0}))] * 10, config=LoopConfig(max_steps=3, stop_repeats=0))
     result = await agent.run_turn("go")
