@@ -1,6 +1,7 @@
 """What the harness tells the model, as `[harness]` user messages: the calls of its reply that
 did not run (`calls_note`, after the call's tool results), and the work the person undid between
-turns (`rewind_note`, `undo_note`). Without the last, the conversation still says the edits were
+turns (`rewind_note`, `undo_note`); and a result for each call a cut-off turn left unanswered
+(`answer_unanswered`). Without the last, the conversation still says the edits were
 made, and the next turn builds on files that are no longer there (a top complaint about rewinds
 that restore code but not what the agent believes, openai/codex#11626).
 
@@ -67,3 +68,25 @@ def undo_note(undone: Iterable[Any]) -> str:
     files = [f"{path} ({n} change{'s' if n > 1 else ''})" for path, n in sorted(per_file.items())]
     return (f"[harness] The user undid {sum(per_file.values())} of your last turn's changes, which are back "
             f"to how they were before it: {_named(files)}. Your other changes stay. {READ_AGAIN}")
+
+
+def answer_unanswered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A turn cut off (a crash, a cancel, a failure) can leave calls with no result; chat formats
+    need a result per call (strict servers refuse the conversation otherwise), so those get one
+    saying what happened."""
+    out: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
+    for message in messages:
+        if message["role"] != "tool" and pending:
+            out.extend({"role": "tool", "tool_call_id": c.get("id", ""), "name": c["function"]["name"],
+                        "content": "Error: the turn ended before this call ran"} for c in pending)
+            pending = []
+        out.append(message)
+        if message["role"] == "assistant":
+            pending = list(message.get("tool_calls") or [])
+        elif message["role"] == "tool":
+            pending = [c for c in pending if c.get("id") != message["tool_call_id"]]
+    if pending:
+        out.extend({"role": "tool", "tool_call_id": c.get("id", ""), "name": c["function"]["name"],
+                    "content": "Error: the turn ended before this call ran"} for c in pending)
+    return out

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import uuid
 from collections.abc import Awaitable, Callable
@@ -33,7 +34,7 @@ from typing import Any
 
 from agent import events as ev
 from agent.call_labels import checkpoint_label, tool_title
-from agent.harness_notes import calls_note
+from agent.harness_notes import answer_unanswered, calls_note
 from agent.policy import Policy, Reply
 from agent.redact import redact_obj
 from agent.repetition import RepetitionWatch, step_signature
@@ -89,28 +90,6 @@ class TurnResult:
     replies: list[Reply] = field(default_factory=list)
 
 
-def answer_unanswered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A turn cut off (a crash, a cancel, a failure) can leave calls with no result; chat formats
-    need a result per call (strict servers refuse the conversation otherwise), so those get one
-    saying what happened."""
-    out: list[dict[str, Any]] = []
-    pending: list[dict[str, Any]] = []
-    for message in messages:
-        if message["role"] != "tool" and pending:
-            out.extend({"role": "tool", "tool_call_id": c.get("id", ""), "name": c["function"]["name"],
-                        "content": "Error: the turn ended before this call ran"} for c in pending)
-            pending = []
-        out.append(message)
-        if message["role"] == "assistant":
-            pending = list(message.get("tool_calls") or [])
-        elif message["role"] == "tool":
-            pending = [c for c in pending if c.get("id") != message["tool_call_id"]]
-    if pending:
-        out.extend({"role": "tool", "tool_call_id": c.get("id", ""), "name": c["function"]["name"],
-                    "content": "Error: the turn ended before this call ran"} for c in pending)
-    return out
-
-
 class Agent:
     def __init__(
         self,
@@ -132,8 +111,9 @@ class Agent:
         self.log, self.events = log, events
         self.last_checkpoint: str | None = None
         self._turn_base: str | None = None
-        self._turn_start: int | None = None
-        """Where the latest turn's request is in `messages` (None: no turn to forget)."""
+        self._before_turn: tuple[list[dict[str, Any]], TokenStream, int, int] | None = None
+        """The conversation, token stream, `_synced` and `_seen` as the latest turn found them
+        (None: no turn to forget)."""
         self.messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         self._locks = WriteLocks()
         self._emitting: asyncio.Future | None = None
@@ -156,14 +136,17 @@ class Agent:
         return self._turn_base
 
     def resume(self, messages: list[dict[str, Any]], used_call_ids: set[str], turn_checkpoint: str | None,
-               tokens: Any = None) -> None:
+               tokens: Any = None, last_request: str | None = None) -> None:
         """Continues a logged session: its conversation, the call ids it used, the checkpoint that
-        undoes its last turn, and its token state (agent/replay.py `token_state`)."""
+        undoes its last turn, its token state (agent/replay.py `token_state`) and its last
+        request's text (the turn a forget drops; the prompt after it is rendered from text)."""
         self.messages = messages
         self._call_ids |= used_call_ids
         self._turn_base = turn_checkpoint
-        self._turn_start = max((i for i, m in enumerate(messages) if m["role"] == "user"
-                                and not str(m.get("content")).startswith("[harness]")), default=None)
+        start = max((i for i, m in enumerate(messages) if m["role"] == "user" and m["content"] == last_request),
+                    default=None) if last_request is not None else None
+        self._before_turn = None if start is None else (
+            [dict(m) for m in messages[:start]], TokenStream(self.stream.tokenizer), 0, start)
         last_turn = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
         self._synced = self._seen = last_turn + 1
         if tokens is not None:
@@ -176,22 +159,23 @@ class Agent:
         self.messages.append({"role": "user", "content": note})
 
     def forget_last_turn(self) -> None:
-        """Drops the latest turn from the conversation (its request, replies, results and what
-        came after): the model goes on as if it had not happened (a rewind that takes the
-        conversation back too). The next prompt is rendered again, `prefix_break: rewound`."""
-        if self._turn_start is None:
+        """Puts the conversation back as the latest turn found it (the tool output that turn
+        shortened included): the model goes on as if the turn had not happened (a rewind that
+        takes the conversation back too). The next prompt extends the last call before the
+        turn, token for token, and says `prefix_break: rewound`."""
+        if self._before_turn is None:
             raise RuntimeError("there is no turn to forget")
-        del self.messages[self._turn_start:]
-        self._synced, self._seen = min(self._synced, len(self.messages)), min(self._seen, len(self.messages))
-        self.stream.pending = "rewound"
-        self._turn_start = self._turn_base = None
+        messages, self.stream, self._synced, self._seen = self._before_turn
+        self.messages[:] = messages
+        self.stream.pending = self.stream.pending or "rewound"
+        self._before_turn = self._turn_base = None
 
     # ---- the turn --------------------------------------------------------------------------------
 
     async def run_turn(self, text: str) -> TurnResult:
         """One user request to the end. Cancelling the task running this stops the model and
         kills running tools; writes are atomic, so no file is left half-written."""
-        self._turn_start = len(self.messages)
+        self._before_turn = ([dict(m) for m in self.messages], copy.copy(self.stream), self._synced, self._seen)
         self.messages.append({"role": "user", "content": text})
         self._log("user_message", text=text)
         result = TurnResult(stop_reason="end_turn")

@@ -26,7 +26,7 @@ from typing import Any
 
 from agent import events as ev
 from agent.call_labels import tool_title
-from agent.loop import answer_unanswered
+from agent.harness_notes import answer_unanswered
 from agent.tools.base import ToolRegistry
 
 
@@ -177,11 +177,22 @@ def token_state(records: list[dict[str, Any]], model_id: str | None) -> TokenSta
     elif model_id is not None and model not in (None, model_id):
         pending = "model_changed"
     elif any(r.get("forgot_turn") for r in records[max(i for i, r in enumerate(records) if r is last):]):
-        pending = "rewound"
+        return TokenState(count, None, [], 0, tools, "rewound")  # a forgotten turn's ids: rendered from text
     else:
         pending = "redaction" if last.get("redactions") else None
     return TokenState(count, known if ids is not None else None, ids or [], routing if ids else 0, tools, pending)
 
+
+
+def last_request(records: Iterable[dict[str, Any]]) -> str | None:
+    """The text of the session's last request a rewind did not take out of the conversation."""
+    requests: list[str] = []
+    for record in records:
+        if record.get("type") == "user_message":
+            requests.append(record["text"])
+        elif record.get("forgot_turn") and requests:
+            requests.pop()
+    return requests[-1] if requests else None
 
 
 def session_title(records: Iterable[dict[str, Any]]) -> str | None:

@@ -34,7 +34,14 @@ from agent.permission_files import load_policy
 from agent.permissions import PermissionPolicy, rollout_policy
 from agent.policy import EndpointPolicy, EnginePolicy, Policy, endpoint_tokenizer
 from agent.prompt import system_prompt
-from agent.replay import call_ids, conversation, history_updates, last_turn_checkpoint, token_state
+from agent.replay import (
+    call_ids,
+    conversation,
+    history_updates,
+    last_request,
+    last_turn_checkpoint,
+    token_state,
+)
 from agent.retrieval.repomap import workspace_repo_map
 from agent.retrieval.service import live_index
 from agent.sandbox import isolation_status
@@ -175,6 +182,9 @@ class Session:
         self.changing: str | None = None
         """What the person asked to change the workspace with while it runs ("a rewind", "an undo
         of changes"): prompts, rewinds and undos are refused until it ends."""
+        self._restored: str | None = None
+        """The checkpoint the last rewind went to, until the next prompt: the same rewind again
+        (to forget the turn after undoing it) is not a second undo signal."""
 
     @classmethod
     async def create(
@@ -246,7 +256,8 @@ class Session:
         session = await cls.create(config, log=SessionLog.reopen(path), **kwargs)
         agent = session.agent
         agent.resume(conversation(records, agent.messages[0]["content"]), call_ids(records),
-                     last_turn_checkpoint(records), token_state(records, agent.policy.model_id))
+                     last_turn_checkpoint(records), token_state(records, agent.policy.model_id),
+                     last_request(records))
         return session, history_updates(records, session.agent.tools)
 
     @property
@@ -263,6 +274,7 @@ class Session:
             raise RuntimeError("a prompt is already running in this session; cancel it first")
         if self.changing:
             raise RuntimeError(f"{self.changing} is running in this session; prompt again when it is done")
+        self._restored = None
         self._turn = asyncio.ensure_future(self.agent.run_turn(text))
         try:
             result = await asyncio.shield(self._turn)
@@ -376,7 +388,9 @@ class Session:
             changes = {kind: paths[:MAX_LOGGED_PATHS] for kind, paths in changes.items()}
         self.log.write("restore", checkpoint_id=cp.id, backup_id=result.backup.id if result.backup else None,
                        changes=changes, by="user", **told)
-        self.log.write("outcome", **undo_signal(cp.id))
+        if self._restored != cp.id:
+            self.log.write("outcome", **undo_signal(cp.id))
+        self._restored = cp.id
 
     def _write_turn_signals(self) -> None:
         """The finished turn's outcome signals (agent/outcomes.py), read back from its log."""

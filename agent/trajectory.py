@@ -28,7 +28,7 @@ from typing import Any
 
 from model.tokenizer import TemplateRewritesHistory
 
-REBUILD = frozenset({"rebuilt_from_text", "model_changed", "rewound"})
+REBUILD = frozenset({"rebuilt_from_text", "model_changed"})
 """Breaks after which the next prompt is rendered from the conversation's text."""
 
 

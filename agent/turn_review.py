@@ -275,6 +275,7 @@ def _plan_file(store: Any, checkpoint_id: str, workspace: Any, path: str,
         raise WorkspaceError(f"{path} changed since its changes were listed; list them again")
     if not chosen["undo"]:
         return None
+    now = text_now(workspace, path)  # what the file must still hold when the undo is written
     for i1, i2, j1, j2 in sorted((op for i in chosen["undo"] for op in hunks[i].ops), reverse=True):
         new[j1:j2] = old[i1:i2]  # from the end, so earlier indices still hold
     if sides.now is None and sides.stored is not None:  # the turn deleted it: its bytes and mode come back
@@ -283,8 +284,8 @@ def _plan_file(store: Any, checkpoint_id: str, workspace: Any, path: str,
             fmt = decode_bytes(data)[1]  # checkpoint_sides decoded it
             with contextlib.suppress(UnicodeEncodeError):
                 data = fmt.bom + "".join(new).encode(fmt.encoding)
-        return _Write(data=data, mode=sides.stored.mode & 0o7777)
-    return _Write(now=sides.now) if sides.before is None and not new else _Write(text="".join(new), now=sides.now)
+        return _Write(data=data, mode=sides.stored.mode & 0o7777, now=now)
+    return _Write(now=now) if sides.before is None and not new else _Write(text="".join(new), now=now)
 
 
 async def apply_review(workspace: Any, plan: ReviewPlan) -> UndoResult:

@@ -248,7 +248,10 @@ class Workspace:
             decoded = decode_bytes(target.read_bytes())
         except OSError:  # none, a directory, unreadable
             return None
-        return None if decoded is None else restore_newlines(decoded[0], decoded[1].newline)
+        if decoded is None:
+            return None
+        self._formats.setdefault(rel, decoded[1])  # so _is_saved's shortcut serves the next report
+        return restore_newlines(decoded[0], decoded[1].newline)
 
     # ---- reading ---------------------------------------------------------------------------
 

@@ -112,7 +112,7 @@ export async function undoLastTurn() {
     const note = appendNote(s, "rewind", `Undid the last turn's changes: restored checkpoint ${result && result.checkpointId}; ${what}${backup}. `);
     note.append(el("button", {type: "button", class: "forget", "data-testid": "forget-turn",
       title: "Take the turn out of the conversation too: Composer goes on as if it had not happened",
-      onclick: (event) => forgetLastTurn(s, event.currentTarget)}, "Forget the turn too"));
+      onclick: (event) => forgetLastTurn(s, result.checkpointId, event.currentTarget)}, "Forget the turn too"));
     closeReview();
     toast("Restored the files to before the last turn.", "info");
   } catch (err) {
@@ -122,12 +122,13 @@ export async function undoLastTurn() {
   }
 }
 
-/** After an undo: composer/rewind again, with the turn taken out of the conversation. */
-async function forgetLastTurn(s, button) {
+/** After an undo: composer/rewind to the same checkpoint, with the turn taken out of the
+ * conversation (refused by the server once a later turn ran). */
+async function forgetLastTurn(s, checkpointId, button) {
   if (s.running) return;
   button.disabled = true;
   try {
-    await request("composer/rewind", {sessionId: s.id, conversation: true});
+    await request("composer/rewind", {sessionId: s.id, checkpointId, conversation: true});
     button.replaceWith("Composer forgot the turn: the next prompt goes on from before it.");
   } catch (err) {
     button.disabled = false;

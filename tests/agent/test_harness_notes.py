@@ -105,6 +105,7 @@ async def test_a_rewind_that_forgets_the_turn_leaves_no_trace_in_the_conversatio
     first_checkpoint = session.agent.turn_checkpoint
     with pytest.raises(RuntimeError, match="only the last turn"):
         await session.restore("some-older-checkpoint", forget=True)
+    await session.restore(first_checkpoint)  # undo first (the model is told), then forget it too
     await session.restore(first_checkpoint, forget=True)
     assert session.agent.messages == after_first and not (root / "b.py").exists() and (root / "a.py").exists()
     assert session.agent.turn_checkpoint is None, "nothing left to rewind to by default"
@@ -118,10 +119,18 @@ async def test_a_rewind_that_forgets_the_turn_leaves_no_trace_in_the_conversatio
 
     await session.prompt("write c")  # the live session goes on without the turn
     prompt_ids, _ = engine.seen[-1]
-    assert prompt_ids == tok.encode_prompt([*after_first, {"role": "user", "content": "write c"}],
-                                           session.agent.tools.openai_tools()), "what the engine saw"
+    first_prompt, first_answer = engine.seen[1]  # turn one's last call, as the engine saw and sampled it
+    assert prompt_ids[:len(first_prompt) + len(first_answer)] == first_prompt + first_answer, \
+        "the next prompt extends what the model saw before the forgotten turn, token for token"
+    assert tok.decode(prompt_ids[len(first_prompt) + len(first_answer):]).count("write c") == 1
     session.close()
     records = read_session(session.log_path)
-    restore = next(r for r in records if r["type"] == "restore")
-    assert restore["forgot_turn"] is True and "harness_message" not in restore
-    assert [r for r in records if r["type"] == "model_call"][-1]["prefix_break"] == {"reason": "rewound"}
+    told, forgot = [r for r in records if r["type"] == "restore"]
+    assert "harness_message" in told and forgot["forgot_turn"] is True and "harness_message" not in forgot
+    undone = [r for r in records if r.get("signal") == "turn_undone"]
+    assert len(undone) == 1, "one undo of the turn, one reward, however it was asked for"
+    calls = [r for r in records if r["type"] == "model_call"]
+    assert calls[-1]["prefix_break"] == {"reason": "rewound"} and calls[-1]["parent"] == calls[1]["call_id"]
+    from training.trajectories import session_segments
+    segments, dropped = session_segments(records)
+    assert not dropped and [s.start_reason for s in segments][-1] == "rewound"

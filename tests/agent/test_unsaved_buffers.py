@@ -236,3 +236,16 @@ async def test_a_deleted_file_keeps_its_bytes_when_its_recorded_text_does_not_fi
     [menu] = turn_changes(store, checkpoint, ws)
     await apply_review(ws, plan_review(store, checkpoint, ws, [Pick("menu.txt", 0, menu.hunks[0].digest)], []))
     assert (root / "menu.txt").read_bytes() == "caf\xe9 au lait\n".encode("latin-1")
+
+
+async def test_a_file_a_shell_command_deleted_under_its_open_buffer_comes_back(editor_ws):
+    root, ws, _ = editor_ws
+    (root / "o.py").write_text("o = 1\n")
+    ws.set_buffer("o.py", "o = 1\n", 1)  # open, saved
+    store = CheckpointStore(root)
+    checkpoint = store.create("turn", ws.unsaved()).id
+    (root / "o.py").unlink()  # `rm o.py` in the turn: the editor keeps the buffer
+    [gone] = turn_changes(store, checkpoint, ws)
+    assert gone.status == "deleted"
+    result = await apply_review(ws, plan_review(store, checkpoint, ws, [Pick("o.py", 0, gone.hunks[0].digest)], []))
+    assert result.refused == {} and (root / "o.py").read_text() == "o = 1\n"

@@ -50,6 +50,7 @@ SCRIPTS = {
     "ask": [[{"text": "It prints hello."}]],
     "edit": [[{"text": "Changing the greeting.", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
     "undo_turn": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
+    "undo_saved": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
     "stale_edit": [[{"text": "Changing the greeting now, slowly.", "delay": 0.2, "tool_calls": [EDIT]},
                     {"text": "It changed under me."}]],
     "cancel": [[{"text": " ".join(["word"] * 200), "delay": 0.05}]],

@@ -283,6 +283,23 @@ function S.undo_turn()
   check(vim.deep_equal(lines(buf), { "print('hello')", '# mine, unsaved' }), 'nothing more changed')
 end
 
+function S.undo_saved()
+  -- The agent's edit, saved with :w: the rewind rewrites the file, and the buffer follows it.
+  local buf, win = start()
+  vim.cmd('ComposerChat say goodbye')
+  check(wait_turn(1).stopReason == 'end_turn', 'the turn ended')
+  vim.api.nvim_buf_call(buf, function()
+    vim.cmd('silent write')
+  end)
+  check(vim.fn.readfile(ctx.ws .. '/hello.py')[1] == "print('goodbye')", 'saved')
+  vim.api.nvim_set_current_win(win)
+  vim.cmd('ComposerUndo')
+  wait(20000, function()
+    return lines(buf)[1] == "print('hello')"
+  end, 'the saved buffer to follow the restored file')
+  check(not vim.bo[buf].modified, 'reloaded, not edited')
+end
+
 function S.stale_edit()
   -- Typing reaches the server only after the debounce: the agent's edit is built on old text.
   vim.lsp.config('composer', { flags = { debounce_text_changes = 5000 } })

@@ -202,6 +202,10 @@ function Composer.undo_turn(forget)
       return H.notify('undo failed: ' .. err.message, vim.log.levels.ERROR)
     end
     local changes, buffers = result.changes or {}, result.buffers or {}
+    H.reload_saved(
+      client.root_dir,
+      vim.list_extend(vim.list_extend({}, changes.modified or {}), changes.added or {})
+    )
     local paths = #(changes.added or {}) + #(changes.modified or {}) + #(changes.deleted or {})
     local reverted, backup = #(buffers.reverted or {}), tostring(result.backupCheckpointId)
     local note = 'Undid the last turn: %d paths restored on disk, %d open buffers put back (`u` there'
@@ -431,6 +435,19 @@ function H.start(bufnr)
   config.root_dir = vim.fs.root(file and bufnr or vim.fn.getcwd(), config.root_markers or {})
   local id = vim.lsp.start(config, { bufnr = bufnr, attach = file })
   return id and vim.lsp.get_client_by_id(id)
+end
+
+--- Reloads the unmodified buffers of `paths` (relative to `root`), which a rewind rewrote on
+--- disk: Neovim would otherwise show the undone text until `:checktime`.
+function H.reload_saved(root, paths)
+  for _, path in ipairs(paths) do
+    local buf = vim.fn.bufnr(vim.fs.joinpath(root, path))
+    if buf ~= -1 and vim.api.nvim_buf_is_loaded(buf) and not vim.bo[buf].modified then
+      vim.api.nvim_buf_call(buf, function()
+        vim.cmd('silent edit')
+      end)
+    end
+  end
 end
 
 --- The client and id of the chat's session when none of its turns runs; nil, saying `none` when
