@@ -30,7 +30,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent import events as ev
 from agent.call_labels import checkpoint_label, tool_title
@@ -40,7 +40,7 @@ from agent.redact import redact_obj
 from agent.repetition import RepetitionWatch, step_signature
 from agent.review import Reviewed, Revision, apply_revision, unpack
 from agent.tools.base import ToolContext, ToolRegistry, ToolResult, run_guarded, truncate
-from agent.tools.files import files_read
+from agent.tools.files import READS_KEY, files_read
 from agent.trajectory import Prompt, TokenStream, common_prefix
 from agent.write_locks import WriteLocks
 from model.toolcalls import ToolCall
@@ -90,6 +90,17 @@ class TurnResult:
     replies: list[Reply] = field(default_factory=list)
 
 
+class _TurnStart(NamedTuple):
+    """The conversation (copies), token stream, `_synced`, `_seen` and files read as a turn found
+    them: what forgetting the turn puts back (reads None: unknown, kept as they are)."""
+
+    messages: list[dict[str, Any]]
+    stream: TokenStream
+    synced: int
+    seen: int
+    reads: dict[str, str] | None
+
+
 class Agent:
     def __init__(
         self,
@@ -111,9 +122,8 @@ class Agent:
         self.log, self.events = log, events
         self.last_checkpoint: str | None = None
         self._turn_base: str | None = None
-        self._before_turn: tuple[list[dict[str, Any]], TokenStream, int, int] | None = None
-        """The conversation, token stream, `_synced` and `_seen` as the latest turn found them
-        (None: no turn to forget)."""
+        self._before_turn: _TurnStart | None = None
+        """What the latest turn found (None: no turn to forget)."""
         self.messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         self._locks = WriteLocks()
         self._emitting: asyncio.Future | None = None
@@ -145,8 +155,8 @@ class Agent:
         self._turn_base = turn_checkpoint
         start = max((i for i, m in enumerate(messages) if m["role"] == "user" and m["content"] == last_request),
                     default=None) if last_request is not None else None
-        self._before_turn = None if start is None else (
-            [dict(m) for m in messages[:start]], TokenStream(self.stream.tokenizer), 0, start)
+        self._before_turn = None if start is None else _TurnStart(
+            [dict(m) for m in messages[:start]], TokenStream(self.stream.tokenizer), 0, start, None)
         last_turn = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
         self._synced = self._seen = last_turn + 1
         if tokens is not None:
@@ -165,8 +175,10 @@ class Agent:
         turn, token for token, and says `prefix_break: rewound`."""
         if self._before_turn is None:
             raise RuntimeError("there is no turn to forget")
-        messages, self.stream, self._synced, self._seen = self._before_turn
+        messages, self.stream, self._synced, self._seen, reads = self._before_turn
         self.messages[:] = messages
+        if reads is not None:  # the files it has read, as its conversation shows them (quotes come from them)
+            self.ctx.state[READS_KEY] = reads
         self.stream.pending = self.stream.pending or "rewound"
         self._before_turn = self._turn_base = None
 
@@ -175,7 +187,8 @@ class Agent:
     async def run_turn(self, text: str) -> TurnResult:
         """One user request to the end. Cancelling the task running this stops the model and
         kills running tools; writes are atomic, so no file is left half-written."""
-        self._before_turn = ([dict(m) for m in self.messages], copy.copy(self.stream), self._synced, self._seen)
+        self._before_turn = _TurnStart([dict(m) for m in self.messages], copy.copy(self.stream), self._synced,
+                                       self._seen, dict(self.ctx.state.get(READS_KEY, {})))
         self.messages.append({"role": "user", "content": text})
         self._log("user_message", text=text)
         result = TurnResult(stop_reason="end_turn")

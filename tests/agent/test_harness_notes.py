@@ -101,13 +101,16 @@ async def test_a_rewind_that_forgets_the_turn_leaves_no_trace_in_the_conversatio
     engine = session.agent.policy.engine
     await session.prompt("write a")
     after_first = [dict(m) for m in session.agent.messages]
+    reads_after_first = dict(session.agent.ctx.state.get("file_reads", {}))
     await session.prompt("write b")
+    assert "b.py" in session.agent.ctx.state["file_reads"]
     first_checkpoint = session.agent.turn_checkpoint
     with pytest.raises(RuntimeError, match="only the last turn"):
         await session.restore("some-older-checkpoint", forget=True)
     await session.restore(first_checkpoint)  # undo first (the model is told), then forget it too
     await session.restore(first_checkpoint, forget=True)
     assert session.agent.messages == after_first and not (root / "b.py").exists() and (root / "a.py").exists()
+    assert session.agent.ctx.state["file_reads"] == reads_after_first, "b.py was never read, as far as it knows"
     assert session.agent.turn_checkpoint is None, "nothing left to rewind to by default"
     loaded, history = await Session.load(SessionConfig(workspace=root, log_dir=tmp_path / "logs", index="off",
                                                        repo_map_tokens=0, warm_checkpoints=False),
