@@ -41,6 +41,7 @@ from agent.repetition import RepetitionWatch, step_signature
 from agent.review import Reviewed, Revision, apply_revision, unpack
 from agent.tools.base import ToolContext, ToolRegistry, ToolResult, run_guarded, truncate
 from agent.tools.files import READS_KEY, files_read
+from agent.tools.todo import STATE_KEY as TODOS_KEY
 from agent.trajectory import Prompt, TokenStream, common_prefix
 from agent.write_locks import WriteLocks
 from model.toolcalls import ToolCall
@@ -90,15 +91,19 @@ class TurnResult:
     replies: list[Reply] = field(default_factory=list)
 
 
+TURN_STATE = (READS_KEY, TODOS_KEY)
+"""ToolContext.state that follows the conversation: the files read (quotes come from them), todos."""
+
+
 class _TurnStart(NamedTuple):
-    """The conversation (copies), token stream, `_synced`, `_seen` and files read as a turn found
-    them: what forgetting the turn puts back (reads None: unknown, kept as they are)."""
+    """The conversation (copies), token stream, `_synced`, `_seen` and TURN_STATE as a turn found
+    them: what forgetting the turn puts back (state None: unknown, kept as it is)."""
 
     messages: list[dict[str, Any]]
     stream: TokenStream
     synced: int
     seen: int
-    reads: dict[str, str] | None
+    state: dict[str, Any] | None
 
 
 class Agent:
@@ -175,10 +180,12 @@ class Agent:
         turn, token for token, and says `prefix_break: rewound`."""
         if self._before_turn is None:
             raise RuntimeError("there is no turn to forget")
-        messages, self.stream, self._synced, self._seen, reads = self._before_turn
+        messages, self.stream, self._synced, self._seen, state = self._before_turn
         self.messages[:] = messages
-        if reads is not None:  # the files it has read, as its conversation shows them (quotes come from them)
-            self.ctx.state[READS_KEY] = reads
+        if state is not None:
+            for key in TURN_STATE:
+                self.ctx.state.pop(key, None)
+            self.ctx.state.update(state)
         self.stream.pending = self.stream.pending or "rewound"
         self._before_turn = self._turn_base = None
 
@@ -187,8 +194,8 @@ class Agent:
     async def run_turn(self, text: str) -> TurnResult:
         """One user request to the end. Cancelling the task running this stops the model and
         kills running tools; writes are atomic, so no file is left half-written."""
-        self._before_turn = _TurnStart([dict(m) for m in self.messages], copy.copy(self.stream), self._synced,
-                                       self._seen, dict(self.ctx.state.get(READS_KEY, {})))
+        self._before_turn = _TurnStart([dict(m) for m in self.messages], copy.copy(self.stream), self._synced, self._seen,
+                                       copy.deepcopy({k: self.ctx.state[k] for k in TURN_STATE if k in self.ctx.state}))
         self.messages.append({"role": "user", "content": text})
         self._log("user_message", text=text)
         result = TurnResult(stop_reason="end_turn")
@@ -415,7 +422,10 @@ class Agent:
         runs = [asyncio.ensure_future(self._run_one(c, ok, group)) for c, ok in zip(calls, allowed)]
         try:
             await asyncio.gather(*runs)
-        finally:  # a cancelled step answers the calls that ran (in call order); the rest get a note
+        finally:  # a cut-off step stops its other calls and answers those that ran (the rest get a note)
+            for run in runs:
+                run.cancel()  # nothing for one that ended
+            await asyncio.gather(*runs, return_exceptions=True)
             for call, run in zip(calls, runs):
                 if run.done() and not run.cancelled() and run.exception() is None:
                     content, _ = truncate(run.result().for_model(), self.config.tool_result_chars,

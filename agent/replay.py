@@ -157,19 +157,24 @@ def token_state(records: list[dict[str, Any]], model_id: str | None) -> TokenSta
     tools = header.get("tools")
     if not calls:
         return TokenState(count, None, [], 0, tools, None)
+    parents = {r.get("parent") for r in calls}
+    held: dict[str, tuple[list[int], int]] = {}  # the ids (and routing known) of calls a later one extends
     ids: list[int] | None = None
     known: str | None = None
     routing = 0
     for record in calls:
         prompt, completion = record.get("prompt_token_ids") or [], record.get("completion_token_ids") or []
         parent = record.get("parent")
-        if record.get("version", 1) < 2 or not (prompt or completion) or (parent is not None and parent != known):
+        if record.get("version", 1) < 2 or not (prompt or completion) or (parent is not None and parent not in held):
             ids, known = None, None
             continue
-        base = ids[: record.get("prefix_len") or 0] if parent is not None and ids is not None else []
+        base_ids, base_routing = held[parent] if parent is not None else ([], 0)
+        base = base_ids[: record.get("prefix_len") or 0]
         ids, known = base + prompt + completion, record.get("call_id")
         rows, start = record.get("routed_experts"), record.get("routed_experts_start", len(base))
-        routing = start + len(rows) if rows is not None else min(routing, start)
+        routing = start + len(rows) if rows is not None else min(base_routing, start)
+        if known in parents or record is calls[-1]:
+            held[str(known)] = (ids, routing)
     last = calls[-1]
     model = header.get("model", {}).get("id") if isinstance(header.get("model"), dict) else None
     if ids is None or known != last.get("call_id") or last.get("text_only"):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.buffer_rewind import BufferRewind, rewind_buffers
+from agent.checkpoint_records import Changes, RestoreResult
 from agent.checkpoints import CheckpointStore
 from agent.harness_notes import rewind_note, undo_note
 from agent.isolation import gate_session
@@ -295,10 +296,15 @@ class Session:
         tools would write on, and a prompt is refused while it runs. The model is told what went
         back; with `forget` (the last turn's checkpoint only) the turn leaves the conversation
         instead, as if it had not happened. Returns the store's RestoreResult (its backup records
-        the unsaved buffers too) and the buffers put back."""
+        the unsaved buffers too) and the buffers put back. Forgetting a turn just rewound leaves
+        the workspace as it is (what the person did since the rewind stays)."""
         self._require_idle("rewinding")
         if forget and checkpoint_id != self.agent.turn_checkpoint:
             raise RuntimeError("only the last turn can leave the conversation: rewind to its checkpoint (the default)")
+        if forget and self._restored == checkpoint_id:
+            result = RestoreResult(self.checkpoints.get(checkpoint_id), Changes(), None)
+            self._log_restore(result, BufferRewind(), forget)
+            return result, BufferRewind()
         recorded = self.checkpoints.buffers(checkpoint_id)  # damage refuses before anything changes
         ws = self.workspace
         before, unsaved = {p: ws.buffer(p)[0] for p in ws.open_buffers()}, ws.unsaved()

@@ -108,7 +108,9 @@ async def test_a_rewind_that_forgets_the_turn_leaves_no_trace_in_the_conversatio
     with pytest.raises(RuntimeError, match="only the last turn"):
         await session.restore("some-older-checkpoint", forget=True)
     await session.restore(first_checkpoint)  # undo first (the model is told), then forget it too
-    await session.restore(first_checkpoint, forget=True)
+    (root / "mine.py").write_text("typed after the undo\n")
+    forgot, _ = await session.restore(first_checkpoint, forget=True)
+    assert not forgot.changes and (root / "mine.py").exists(), "forgetting a turn just undone rewinds nothing"
     assert session.agent.messages == after_first and not (root / "b.py").exists() and (root / "a.py").exists()
     assert session.agent.ctx.state["file_reads"] == reads_after_first, "b.py was never read, as far as it knows"
     assert session.agent.turn_checkpoint is None, "nothing left to rewind to by default"
@@ -127,6 +129,12 @@ async def test_a_rewind_that_forgets_the_turn_leaves_no_trace_in_the_conversatio
         "the next prompt extends what the model saw before the forgotten turn, token for token"
     assert tok.decode(prompt_ids[len(first_prompt) + len(first_answer):]).count("write c") == 1
     session.close()
+    again, _ = await Session.load(SessionConfig(workspace=root, log_dir=tmp_path / "logs", index="off",
+                                                repo_map_tokens=0, warm_checkpoints=False),
+                                  session.id, policy=EnginePolicy(ScriptedEngine(tok, [])))
+    assert again.agent.stream.ids == prompt_ids + engine.seen[-1][1] and again.agent.stream.pending is None, \
+        "a reload goes on from the call after the forget, token for token"
+    again.close()
     records = read_session(session.log_path)
     told, forgot = [r for r in records if r["type"] == "restore"]
     assert "harness_message" in told and forgot["forgot_turn"] is True and "harness_message" not in forgot

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from agent.call_labels import checkpoint_label
 from agent.loop import SHORTENED_NOTE, Agent, LoopConfig
 from agent.permissions import PermissionPolicy
@@ -133,6 +135,22 @@ async def test_a_cancelled_step_answers_the_calls_that_ran_as_a_reloaded_session
     assert answers[0]["content"].startswith("x")
     assert all("turn ended before this call ran" in a["content"] for a in answers[1:])
     assert conversation(read_session(log_file.path), "sys") == agent.messages
+
+
+async def test_a_call_that_fails_the_step_stops_the_others_before_the_turn_ends(tmp_path):
+    agent, _, log, _ = make_agent(tmp_path, [calls(("look", {"seconds": 0.5}), ("write", {"path": "a.py"}))])
+
+    async def broken_refresh(call):
+        if call.name == "write":
+            raise ConnectionError("the editor went away")
+
+    agent._refresh = broken_refresh
+    with pytest.raises(ConnectionError, match="the editor went away"):
+        await agent.run_turn("go")
+    ended = time.perf_counter()
+    assert log and log[0][0] == "look" and log[0][3] <= ended, "the slow call was stopped, not left running"
+    answers = [m for m in agent.messages if m["role"] == "tool"]
+    assert [a["name"] for a in answers] == ["look", "write"]
 
 
 async def test_step_limit(tmp_path):

@@ -202,10 +202,9 @@ function Composer.undo_turn(forget)
       return H.notify('undo failed: ' .. err.message, vim.log.levels.ERROR)
     end
     local changes, buffers = result.changes or {}, result.buffers or {}
-    H.reload_saved(
-      client.root_dir,
+    local restored =
       vim.list_extend(vim.list_extend({}, changes.modified or {}), changes.added or {})
-    )
+    H.reload_saved(client.root_dir or vim.fn.getcwd(), restored)
     local paths = #(changes.added or {}) + #(changes.modified or {}) + #(changes.deleted or {})
     local reverted, backup = #(buffers.reverted or {}), tostring(result.backupCheckpointId)
     local note = 'Undid the last turn: %d paths restored on disk, %d open buffers put back (`u` there'
