@@ -189,6 +189,17 @@ def token_state(records: list[dict[str, Any]], model_id: str | None) -> TokenSta
 
 
 
+def last_rewind(records: Iterable[dict[str, Any]]) -> str | None:
+    """The checkpoint the session was last rewound to, when no request came after that rewind."""
+    found = None
+    for record in records:
+        if record.get("type") == "user_message":
+            found = None
+        elif record.get("type") == "restore":
+            found = record.get("checkpoint_id")
+    return found
+
+
 def last_request(records: Iterable[dict[str, Any]]) -> str | None:
     """The text of the session's last request a rewind did not take out of the conversation."""
     requests: list[str] = []

@@ -40,6 +40,7 @@ from agent.replay import (
     conversation,
     history_updates,
     last_request,
+    last_rewind,
     last_turn_checkpoint,
     token_state,
 )
@@ -259,6 +260,7 @@ class Session:
         agent.resume(conversation(records, agent.messages[0]["content"]), call_ids(records),
                      last_turn_checkpoint(records), token_state(records, agent.policy.model_id),
                      last_request(records))
+        session._restored = last_rewind(records)
         return session, history_updates(records, session.agent.tools)
 
     @property

@@ -145,3 +145,23 @@ async def test_a_rewind_that_forgets_the_turn_leaves_no_trace_in_the_conversatio
     from training.trajectories import session_segments
     segments, dropped = session_segments(records)
     assert not dropped and [s.start_reason for s in segments][-1] == "rewound"
+
+
+async def test_forgetting_a_turn_undone_before_a_restart_rewinds_nothing_again(tmp_path, real_tokenizer):
+    root = tmp_path / "repo"
+    root.mkdir()
+    session = await _session(root, real_tokenizer, _write_then_answer(real_tokenizer, "a.py"))
+    await session.prompt("write a")
+    checkpoint = session.agent.turn_checkpoint
+    await session.restore(checkpoint)
+    (root / "mine.py").write_text("typed after the undo\n")
+    session.close()  # the server restarts
+    config = SessionConfig(workspace=root, log_dir=tmp_path / "logs", index="off", repo_map_tokens=0,
+                           warm_checkpoints=False)
+    loaded, _ = await Session.load(config, session.id, policy=EnginePolicy(ScriptedEngine(real_tokenizer, [])))
+    forgot, _ = await loaded.restore(checkpoint, forget=True)
+    assert not forgot.changes and (root / "mine.py").exists()
+    assert [m["content"] for m in loaded.agent.messages if m["role"] == "user"] == []
+    loaded.close()
+    undone = [r for r in read_session(session.log_path) if r.get("signal") == "turn_undone"]
+    assert len(undone) == 1
