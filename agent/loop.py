@@ -14,11 +14,10 @@ holds exactly what the model saw; a text-only policy gets the conversation as me
     result = await agent.run_turn("fix the failing test")      # cancel the task to stop it
 
 Stop reasons are ACP's: end_turn, max_turn_requests, max_tokens, cancelled, refusal. A turn that
-fails (the model endpoint dies, the disk fills) logs an `error` record and raises; either way the
-conversation stays whole (every call of the last reply has a result) for the next turn. Broken
-calls cost one bounded note a step, and at most `max_calls_per_step` calls of a reply run. A turn
-that repeats its last steps, calls and results alike, `stop_repeats` times stops there
-(agent/repetition.py): a loop the model is not leaving costs a few steps, not all of them.
+fails (the endpoint dies, the disk fills) logs an `error` record and raises; either way every call
+of the last reply has a result for the next turn. Broken calls cost one bounded note a step, at
+most `max_calls_per_step` calls of a reply run, and a turn repeating its last steps `stop_repeats`
+times stops there (agent/repetition.py).
 """
 
 from __future__ import annotations
@@ -91,13 +90,11 @@ class TurnResult:
     replies: list[Reply] = field(default_factory=list)
 
 
-TURN_STATE = (READS_KEY, TODOS_KEY)
-"""ToolContext.state that follows the conversation: the files read (quotes come from them), todos."""
+TURN_STATE = (READS_KEY, TODOS_KEY)  # ToolContext.state that follows the conversation (quotes come from reads)
 
 
 class _TurnStart(NamedTuple):
-    """The conversation (copies), token stream, `_synced`, `_seen` and TURN_STATE as a turn found
-    them: what forgetting the turn puts back (state None: unknown, kept as it is)."""
+    """What a turn found, which forgetting it puts back (state None: unknown, kept as it is)."""
 
     messages: list[dict[str, Any]]
     stream: TokenStream
@@ -425,12 +422,16 @@ class Agent:
         finally:  # a cut-off step stops its other calls and answers those that ran (the rest get a note)
             for run in runs:
                 run.cancel()  # nothing for one that ended
-            await asyncio.gather(*runs, return_exceptions=True)
-            for call, run in zip(calls, runs):
-                if run.done() and not run.cancelled() and run.exception() is None:
-                    content, _ = truncate(run.result().for_model(), self.config.tool_result_chars,
-                                          "Narrow the request to see more.")
-                    self.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
+            try:  # a cancel while they stop still answers the calls that ran
+                await asyncio.gather(*runs, return_exceptions=True)
+            finally:
+                self._answer(calls, runs)
+
+    def _answer(self, calls: list[ToolCall], runs: list[asyncio.Future]) -> None:
+        for call, run in zip(calls, runs):
+            if run.done() and not run.cancelled() and run.exception() is None:
+                content, _ = truncate(run.result().for_model(), self.config.tool_result_chars, "Narrow the request to see more.")
+                self.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
 
     async def _permitted(self, call: ToolCall) -> bool:
         if self.permissions is None:

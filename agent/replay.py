@@ -149,7 +149,7 @@ class TokenState:
 
 def token_state(records: list[dict[str, Any]], model_id: str | None) -> TokenState:
     """The ids a loaded session goes on from: its last model call's prompt and completion, each
-    call's prompt rebuilt from its parent's ids and its own delta."""
+    call's prompt rebuilt from its parent's ids and its own delta (`_chain_ids`)."""
     header = next((r for r in records if r.get("type") == "session"), {})
     calls = [r for r in records if r.get("type") == "model_call"]
     numbers = [int(m.group(1)) for r in calls if (m := re.fullmatch(r"m(\d+)", str(r.get("call_id", ""))))]
@@ -157,27 +157,10 @@ def token_state(records: list[dict[str, Any]], model_id: str | None) -> TokenSta
     tools = header.get("tools")
     if not calls:
         return TokenState(count, None, [], 0, tools, None)
-    parents = {r.get("parent") for r in calls}
-    held: dict[str, tuple[list[int], int]] = {}  # the ids (and routing known) of calls a later one extends
-    ids: list[int] | None = None
-    known: str | None = None
-    routing = 0
-    for record in calls:
-        prompt, completion = record.get("prompt_token_ids") or [], record.get("completion_token_ids") or []
-        parent = record.get("parent")
-        if record.get("version", 1) < 2 or not (prompt or completion) or (parent is not None and parent not in held):
-            ids, known = None, None
-            continue
-        base_ids, base_routing = held[parent] if parent is not None else ([], 0)
-        base = base_ids[: record.get("prefix_len") or 0]
-        ids, known = base + prompt + completion, record.get("call_id")
-        rows, start = record.get("routed_experts"), record.get("routed_experts_start", len(base))
-        routing = start + len(rows) if rows is not None else min(base_routing, start)
-        if known in parents or record is calls[-1]:
-            held[str(known)] = (ids, routing)
+    ids, routing = _chain_ids(calls)
     last = calls[-1]
     model = header.get("model", {}).get("id") if isinstance(header.get("model"), dict) else None
-    if ids is None or known != last.get("call_id") or last.get("text_only"):
+    if ids is None or last.get("text_only"):
         pending = "rebuilt_from_text"
     elif model_id is not None and model not in (None, model_id):
         pending = "model_changed"
@@ -185,15 +168,43 @@ def token_state(records: list[dict[str, Any]], model_id: str | None) -> TokenSta
         return TokenState(count, None, [], 0, tools, "rewound")  # a forgotten turn's ids: rendered from text
     else:
         pending = "redaction" if last.get("redactions") else None
-    return TokenState(count, known if ids is not None else None, ids or [], routing if ids else 0, tools, pending)
+    return TokenState(count, last.get("call_id") if ids is not None else None, ids or [], routing if ids else 0,
+                      tools, pending)
 
+
+
+def _chain_ids(calls: list[dict[str, Any]]) -> tuple[list[int] | None, int]:
+    """The last call's prompt and completion ids and how many positions' routing the log holds,
+    rebuilt along its chain of parents (a call after a forgotten turn extends an older call than
+    the one before it); None when a link is missing or holds no ids. Linear in the session."""
+    by_id = {r.get("call_id"): r for r in calls}
+    chain, record = [], calls[-1]
+    while record is not None and len(chain) <= len(calls):
+        chain.append(record)
+        parent = record.get("parent")
+        record = None if parent is None else by_id.get(parent, {})
+    if chain[-1] == {} or chain[-1].get("parent") is not None:
+        return None, 0  # a parent the log does not hold
+    ids: list[int] = []
+    routing = 0
+    for record in reversed(chain):
+        prompt, completion = record.get("prompt_token_ids") or [], record.get("completion_token_ids") or []
+        if record.get("version", 1) < 2 or not (prompt or completion):
+            return None, 0
+        del ids[(record.get("prefix_len") or 0) if record.get("parent") is not None else 0:]
+        start = record.get("routed_experts_start", len(ids))
+        ids += prompt + completion
+        rows = record.get("routed_experts")
+        routing = start + len(rows) if rows is not None else min(routing, start)
+    return ids, routing
 
 
 def last_rewind(records: Iterable[dict[str, Any]]) -> str | None:
-    """The checkpoint the session was last rewound to, when no request came after that rewind."""
+    """The checkpoint the session was last rewound to, when neither a request nor an undo of
+    changes came after that rewind."""
     found = None
     for record in records:
-        if record.get("type") == "user_message":
+        if record.get("type") == "user_message" or (record.get("type") == "edit_review" and not record.get("accepted")):
             found = None
         elif record.get("type") == "restore":
             found = record.get("checkpoint_id")

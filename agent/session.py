@@ -363,6 +363,8 @@ class Session:
             result = await apply_review(self.workspace, plan)
         finally:
             self.changing = None
+        if result.undone:
+            self._restored = None  # the files moved on from that rewind
         note = undo_note(result.undone)
         if note:
             self.agent.tell(note)

@@ -165,3 +165,20 @@ async def test_forgetting_a_turn_undone_before_a_restart_rewinds_nothing_again(t
     loaded.close()
     undone = [r for r in read_session(session.log_path) if r.get("signal") == "turn_undone"]
     assert len(undone) == 1
+
+
+async def test_a_forget_after_undoing_the_undo_hunk_by_hunk_rewinds_again(tmp_path, real_tokenizer):
+    """Undo, then the undo's own changes undone hunk by hunk (the turn's file back), then forget:
+    the files moved on from the undo, so the forget rewinds them again."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    session = await _session(root, real_tokenizer, _write_then_answer(real_tokenizer, "a.py"))
+    await session.prompt("write a")
+    checkpoint = session.agent.turn_checkpoint
+    undone, _ = await session.restore(checkpoint)
+    _, [gone] = await session.turn_changes(undone.backup.id)
+    await session.review_hunks([Pick("a.py", 0, gone.hunks[0].digest)], [], undone.backup.id)
+    assert (root / "a.py").exists()
+    await session.restore(checkpoint, forget=True)
+    assert not (root / "a.py").exists()
+    session.close()

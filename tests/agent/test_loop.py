@@ -153,6 +153,40 @@ async def test_a_call_that_fails_the_step_stops_the_others_before_the_turn_ends(
     assert [a["name"] for a in answers] == ["look", "write"]
 
 
+async def test_a_cancel_while_a_failed_step_stops_its_calls_still_answers_those_that_ran(tmp_path):
+    from agent.replay import conversation
+    from agent.session_log import SessionLog, read_session
+
+    class Stubborn(Sleepy):  # takes a while to stop
+        async def run(self, args, ctx):
+            try:
+                return await super().run(args, ctx)
+            except asyncio.CancelledError:
+                await asyncio.sleep(0.5)
+                raise
+
+    log_file = SessionLog.open(tmp_path, model={"id": "scripted"}, sampler={}, tools=[], system_prompt="sys",
+                               log_dir=tmp_path / "logs")
+    agent, _, log, _ = make_agent(tmp_path, [calls(("slow", {"seconds": 30}), ("look", {"seconds": 0}),
+                                                   ("write", {"path": "a.py"}))], log=log_file)
+    agent.tools = ToolRegistry([Stubborn("slow", True, log), *(agent.tools.get(n) for n in ("look", "write"))])
+
+    async def broken_refresh(call):
+        if call.name == "write":
+            await asyncio.sleep(0.1)  # after the look ran
+            raise ConnectionError("the editor went away")
+
+    agent._refresh = broken_refresh
+    task = asyncio.create_task(agent.run_turn("go"))
+    await asyncio.sleep(0.3)  # the step failed; the slow call is stopping
+    task.cancel()
+    assert (await task).stop_reason == "cancelled"
+    log_file.close()
+    answers = {m["name"]: m["content"] for m in agent.messages if m["role"] == "tool"}
+    assert answers["look"].startswith("x"), "the call that ran is answered with its result"
+    assert conversation(read_session(log_file.path), "sys") == agent.messages
+
+
 async def test_step_limit(tmp_path):
     agent, _, _, _ = make_agent(tmp_path, [calls(("look", {"seconds": 0}))] * 10, config=LoopConfig(max_steps=3, stop_repeats=0))
     result = await agent.run_turn("go")
