@@ -59,16 +59,7 @@ def history_updates(records: Iterable[dict[str, Any]], tools: ToolRegistry) -> l
     """The session's visible history as ACP session updates, in order."""
     updates: list[dict[str, Any]] = []
     workspace = "/"
-    shown: list[dict[str, Any]] = []
-    turn_start: int | None = None
-    for record in records:  # a turn taken back out of the conversation is not shown either
-        if record.get("type") == "user_message":
-            turn_start = len(shown)
-        elif record.get("forgot_turn") and turn_start is not None:
-            del shown[turn_start:]
-            turn_start = None
-        shown.append(record)
-    for record in shown:
+    for record in remembered(records):  # a turn taken back out of the conversation is not shown either
         kind = record.get("type")
         if kind == "session":
             workspace = record.get("workspace", "/")
@@ -90,7 +81,6 @@ def conversation(records: Iterable[dict[str, Any]], system: str) -> list[dict[st
     harness: str | None = None
     results: dict[str, dict[str, Any]] = {}
     order: list[str] = []
-    turn_start: int | None = None
 
     def settle() -> None:
         nonlocal harness
@@ -101,19 +91,14 @@ def conversation(records: Iterable[dict[str, Any]], system: str) -> list[dict[st
             messages.append({"role": "user", "content": harness})
             harness = None
 
-    for record in records:
+    for record in remembered(records):
         kind = record.get("type")
         told = record.get("harness_message") if kind in ("restore", "edit_review") else None  # agent/harness_notes.py
         if told or kind in ("user_message", "model_call"):
             settle()
         if told:
             messages.append({"role": "user", "content": told})
-        elif kind == "restore" and record.get("forgot_turn") and turn_start is not None:
-            settle()
-            del messages[turn_start:]  # the person took the turn back out of the conversation
-            turn_start = None
         elif kind == "user_message":
-            turn_start = len(messages)
             messages.append({"role": "user", "content": record["text"]})
         elif kind == "model_call":
             message: dict[str, Any] = {"role": "assistant", "content": record.get("text", "")}
@@ -211,15 +196,24 @@ def last_rewind(records: Iterable[dict[str, Any]]) -> str | None:
     return found
 
 
-def last_request(records: Iterable[dict[str, Any]]) -> str | None:
-    """The text of the session's last request a rewind did not take out of the conversation."""
-    requests: list[str] = []
+def remembered(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records without the turns a rewind took out of the conversation (`forgot_turn`): from
+    the turn's request to the rewind that forgot it."""
+    kept: list[dict[str, Any]] = []
+    turn_start: int | None = None
     for record in records:
         if record.get("type") == "user_message":
-            requests.append(record["text"])
-        elif record.get("forgot_turn") and requests:
-            requests.pop()
-    return requests[-1] if requests else None
+            turn_start = len(kept)
+        elif record.get("forgot_turn") and turn_start is not None:
+            del kept[turn_start:]
+            turn_start = None
+        kept.append(record)
+    return kept
+
+
+def last_request(records: Iterable[dict[str, Any]]) -> str | None:
+    """The text of the session's last request a rewind did not take out of the conversation."""
+    return next((r["text"] for r in reversed(remembered(records)) if r.get("type") == "user_message"), None)
 
 
 def session_title(records: Iterable[dict[str, Any]]) -> str | None:

@@ -119,6 +119,9 @@ class _Sides:
     """The checkpoint's StoredFile for the path."""
     unsaved: bool = False
     """`before` is the text of a buffer unsaved at the checkpoint, not the stored file's."""
+    current: str | None = None
+    """`text_now`: what the file holds now (`now` says None for a buffer left open on a file a
+    shell command deleted)."""
 
 
 # ---- diffs -------------------------------------------------------------------------------------
@@ -192,9 +195,10 @@ def checkpoint_sides(store: Any, checkpoint_id: str, workspace: Any, path: str,
         now = text_now(workspace, path)
     except WorkspaceError:  # binary, too large
         return None
+    current = now
     if workspace.buffer(path) is not None and stored is not None and not on_disk.exists() and now == before:
         now = None  # a buffer left open after a shell deleted the file
-    return _Sides(before, now, stored, path in unsaved)
+    return _Sides(before, now, stored, path in unsaved, current)
 
 
 def text_now(workspace: Any, path: str) -> str | None:
@@ -275,7 +279,7 @@ def _plan_file(store: Any, checkpoint_id: str, workspace: Any, path: str,
         raise WorkspaceError(f"{path} changed since its changes were listed; list them again")
     if not chosen["undo"]:
         return None
-    now = text_now(workspace, path)  # what the file must still hold when the undo is written
+    now = sides.current  # what the file must still hold when the undo is written
     for i1, i2, j1, j2 in sorted((op for i in chosen["undo"] for op in hunks[i].ops), reverse=True):
         new[j1:j2] = old[i1:i2]  # from the end, so earlier indices still hold
     if sides.now is None and sides.stored is not None:  # the turn deleted it: its bytes and mode come back
