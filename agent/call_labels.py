@@ -1,7 +1,10 @@
-"""How a tool call is named for people: the title an editor shows for it, and the label of the
-checkpoint taken before a batch of calls (`composer-agent checkpoints --list` shows it).
+"""How a tool call is named and shown to people: the title an editor shows for it, the file it
+points at, what its result shows (text and the diff of an edit), and the label of the checkpoint
+taken before a batch of calls (`composer-agent checkpoints --list` shows it).
 
     tool_title("edit_file", {"path": "stats.py", ...})                 # "edit_file stats.py"
+    call_locations(workspace, call)                                    # [{"path": "/ws/stats.py"}]
+    result_content(workspace, result)                                  # [text, diff] for the editor
     checkpoint_label([call, ...])                       # "before edit_file stats.py, run_terminal pytest"
 """
 
@@ -11,7 +14,12 @@ import os
 import re
 from typing import Any
 
+from agent import events as ev
+from agent.tools.base import ToolResult
 from model.toolcalls import ToolCall
+
+SHOWN_CHARS = 4000
+"""The head of a result an editor is sent (the model and the log get theirs in full)."""
 
 
 def tool_title(name: str, arguments: Any) -> str:
@@ -19,6 +27,32 @@ def tool_title(name: str, arguments: Any) -> str:
     args = arguments if isinstance(arguments, dict) else {}
     detail = args.get("path") or args.get("pattern") or args.get("command") or args.get("query") or ""
     return f"{name} {detail}".strip()[:200]
+
+
+def absolute_path(workspace: Any, path: Any) -> str | None:
+    """The workspace path as the editor names it; None for a path the tool itself will refuse."""
+    if not isinstance(path, str):
+        return None
+    try:
+        return str(workspace.resolve(path))
+    except Exception:
+        return None
+
+
+def call_locations(workspace: Any, call: ToolCall) -> list[dict[str, Any]]:
+    """The file a call is about, for the editor to follow (ACP's `locations`)."""
+    path = call.arguments.get("path") if isinstance(call.arguments, dict) else None
+    absolute = absolute_path(workspace, path)
+    return [ev.location(absolute)] if absolute else []
+
+
+def result_content(workspace: Any, result: ToolResult) -> list[dict[str, Any]]:
+    """What the editor shows for a finished call: the head of its text and an edit's diff."""
+    content = [ev.text_content(result.for_model()[:SHOWN_CHARS])]
+    absolute = absolute_path(workspace, result.data.get("path"))
+    if absolute and "new_text" in result.data:
+        content.append(ev.diff_content(absolute, result.data.get("old_text"), result.data["new_text"]))
+    return content
 
 
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")

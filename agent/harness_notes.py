@@ -26,6 +26,10 @@ MAX_ERROR_CHARS = 300
 """Each description is cut to this (it may quote what the model sent)."""
 
 READ_AGAIN = "Read a file again before you edit it."
+NOT_RUN = "the turn ended before this call ran"
+"""The result of a call a cut-off turn never started."""
+STOPPED_RUNNING = "the turn was stopped while this call ran; it may have done part of its work"
+"""The result of a call stopped part way (a command killed by a cancel)."""
 
 
 def calls_note(errors: list, dropped: int, max_calls: int) -> str:
@@ -79,7 +83,7 @@ def answer_unanswered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for message in messages:
         if message["role"] != "tool" and pending:
             out.extend({"role": "tool", "tool_call_id": c.get("id", ""), "name": c["function"]["name"],
-                        "content": "Error: the turn ended before this call ran"} for c in pending)
+                        "content": f"Error: {NOT_RUN}"} for c in pending)
             pending = []
         out.append(message)
         if message["role"] == "assistant":
@@ -88,5 +92,5 @@ def answer_unanswered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             pending = [c for c in pending if c.get("id") != message["tool_call_id"]]
     if pending:
         out.extend({"role": "tool", "tool_call_id": c.get("id", ""), "name": c["function"]["name"],
-                    "content": "Error: the turn ended before this call ran"} for c in pending)
+                    "content": f"Error: {NOT_RUN}"} for c in pending)
     return out

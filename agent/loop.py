@@ -32,8 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from agent import events as ev
-from agent.call_labels import checkpoint_label, tool_title
-from agent.harness_notes import answer_unanswered, calls_note
+from agent.call_labels import (
+    absolute_path,
+    call_locations,
+    checkpoint_label,
+    result_content,
+    tool_title,
+)
+from agent.harness_notes import NOT_RUN, STOPPED_RUNNING, answer_unanswered, calls_note
 from agent.policy import Policy, Reply
 from agent.redact import redact_obj
 from agent.repetition import RepetitionWatch, step_signature
@@ -42,12 +48,15 @@ from agent.tools.base import ToolContext, ToolRegistry, ToolResult, run_guarded,
 from agent.tools.files import READS_KEY, files_read
 from agent.tools.todo import STATE_KEY as TODOS_KEY
 from agent.trajectory import Prompt, TokenStream, common_prefix
-from agent.write_locks import WriteLocks
+from agent.write_locks import WriteLocks, finish_started, wait_through_cancels, write_paths
 from model.toolcalls import ToolCall
 
 SHORTENED_NOTE = "\n[older tool output shortened to save context; call the tool again if you need it]"
 MIN_REPLY_TOKENS = 32
 """A prompt that leaves the reply less room than this ends the turn: no tool call fits in it."""
+STOP_S = 2.0
+"""How long a stopped step waits for its calls to end, beyond a write's grace, before it answers them
+(together under the 10 s a server gives a stopping turn, server/hub.py)."""
 
 
 @dataclass(kw_only=True)
@@ -75,6 +84,8 @@ class LoopConfig:
     stop_repeats: int = 3
     """The turn stops (max_turn_requests) when its last steps repeat the steps before them this
     many times, the same calls told the same results (agent/repetition.py); 0: never."""
+    write_finish_s: float = 5.0
+    """A stop waits this long for a file write under way (an editor's answer to an edit) to land."""
 
 
 class _ContextFull(Exception):
@@ -251,8 +262,10 @@ class Agent:
                 return result
             result.tool_calls += len(reply.tool_calls)
             told = len(self.messages)
-            await self._run_calls(reply)
-            self._correct(note)
+            try:
+                await self._run_calls(reply)
+            finally:  # the model_call record holds the note however the step ends
+                self._correct(note)
             period = repeats.add(step_signature(reply.tool_calls, [m["content"] for m in self.messages[told:]]))
             if period is not None:
                 self._stop_repeating(period, step + 1)
@@ -405,33 +418,52 @@ class Agent:
         calls = reply.tool_calls
         group = uuid.uuid4().hex[:12]
         for call in calls:
-            self._emit(ev.tool_call(call.id, self._title(call), self._kind(call), call.arguments, self._locations(call)))
-        # A call the registry would refuse (unknown tool, arguments off the schema) is not put
-        # to the person: it fails with the registry's message for the model.
+            self._emit(ev.tool_call(call.id, tool_title(call.name, call.arguments), self.tools.kind(call.name), call.arguments,
+                                    call_locations(self.ctx.workspace, call)))
+        runs: list[asyncio.Future] = []
+        started: set[str] = set()
+        try:  # every call announced gets an answer, however the step ends (a cancel at a question too)
+            allowed = await self._allow(calls)
+            runs = [asyncio.ensure_future(self._run_one(c, ok, group, started)) for c, ok in zip(calls, allowed)]
+            await asyncio.gather(*runs)
+        finally:  # a cut-off step stops its other calls and answers those that ran (the rest get a note)
+            for run in runs:
+                run.cancel()  # nothing for one that ended; a write under way finishes (finish_started)
+            again = await wait_through_cancels(runs, self.config.write_finish_s + STOP_S)
+            self._answer(calls, runs, group, started)
+            if again:  # a cancel while they stopped (a failed step's too): the turn ends as cancelled
+                raise asyncio.CancelledError
+
+    async def _allow(self, calls: list[ToolCall]) -> list[bool]:
+        """Which calls may run (asking the person where the rules say to), with a checkpoint
+        first when any of them may write. A call the registry would refuse (unknown tool,
+        arguments off the schema) is not put to the person: it fails with the registry's message."""
         valid = [self.tools.check(c.name, c.arguments) is None for c in calls]
         allowed = [not ok or await self._permitted(c) for ok, c in zip(valid, calls)]
-        writes = any(ok and fine and not self._read_only(c) for ok, fine, c in zip(allowed, valid, calls))
+        writes = any(ok and fine and not self.tools.read_only(c.name) for ok, fine, c in zip(allowed, valid, calls))
         if self.checkpoints is not None and writes:
             checkpoint = await self.checkpoints.acreate(checkpoint_label(calls), self.ctx.workspace.unsaved())
             self.last_checkpoint = checkpoint.id
             self._turn_base = self._turn_base or checkpoint.id
             self._log("checkpoint", checkpoint_id=checkpoint.id, label=checkpoint.label)
-        runs = [asyncio.ensure_future(self._run_one(c, ok, group)) for c, ok in zip(calls, allowed)]
-        try:
-            await asyncio.gather(*runs)
-        finally:  # a cut-off step stops its other calls and answers those that ran (the rest get a note)
-            for run in runs:
-                run.cancel()  # nothing for one that ended
-            try:  # a cancel while they stop still answers the calls that ran
-                await asyncio.gather(*runs, return_exceptions=True)
-            finally:
-                self._answer(calls, runs)
+        return allowed
 
-    def _answer(self, calls: list[ToolCall], runs: list[asyncio.Future]) -> None:
-        for call, run in zip(calls, runs):
-            if run.done() and not run.cancelled() and run.exception() is None:
+    def _answer(self, calls: list[ToolCall], runs: list[asyncio.Future], group: str, started: set[str]) -> None:
+        """Every call of the step gets its result, or, stopped by a cancel or a failed call, a
+        final `failed` update (the editor shows none running) and a `cancelled` log record."""
+        for i, call in enumerate(calls):
+            run = runs[i] if i < len(runs) else None  # none: stopped before the calls started
+            ended = run is not None and run.done() and not run.cancelled()
+            failed = run.exception() if ended else None
+            if ended and failed is None:
                 content, _ = truncate(run.result().for_model(), self.config.tool_result_chars, "Narrow the request to see more.")
-                self.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
+            else:
+                why = f"{type(failed).__name__}: {failed}" if failed else STOPPED_RUNNING if call.id in started else NOT_RUN
+                content = f"Error: {why}"
+                self._emit(ev.tool_call_update(call.id, "failed", content=[ev.text_content(content)]))
+                self._log("tool_call", call_id=call.id, model_call_id=self._made_by.get(call.id, ""), name=call.name,
+                          arguments=call.arguments, group=group, result="", error=why, duration_s=0.0, status="cancelled")
+            self.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
 
     async def _permitted(self, call: ToolCall) -> bool:
         if self.permissions is None:
@@ -452,7 +484,7 @@ class Agent:
             answers.append(answer)
             return answer
 
-        allowed = await self.permissions.check(call.name, call.arguments, ask, read_only=self._read_only(call))
+        allowed = await self.permissions.check(call.name, call.arguments, ask, read_only=self.tools.read_only(call.name))
         self._log(
             "permission", call_id=call.id, tool=call.name, arguments=call.arguments,
             decision="allow" if allowed else "deny", outcome=answers[0] if answers else "auto",
@@ -460,22 +492,28 @@ class Agent:
         )
         return allowed
 
-    async def _run_one(self, call: ToolCall, allowed: bool, group: str) -> ToolResult:
+    async def _run_one(self, call: ToolCall, allowed: bool, group: str, started: set[str]) -> ToolResult:
         if not allowed:
             result = ToolResult(error=f"the user did not allow {call.name} with these arguments; do something else or ask them")
         else:
             tool = self.tools.get(call.name)
             writes = tool is not None and not tool.spec.read_only
-            async with self._locks.hold(self._write_paths(tool, call)) if writes else contextlib.nullcontext():
+            paths = write_paths(tool, call.arguments) if writes else None  # None too: may write anywhere
+            async with self._locks.hold(paths) if writes else contextlib.nullcontext():
                 self._emit(ev.tool_call_update(call.id, "in_progress"))
                 await self._refresh(call)
+                started.add(call.id)
                 revision = self._revisions.pop(call.id, None)
                 if revision is not None:
-                    result = await run_guarded(call.name, lambda: apply_revision(self.ctx, revision))
+                    work = run_guarded(call.name, lambda: apply_revision(self.ctx, revision))
                 else:
-                    result = await self.tools.call(call.name, call.arguments, self.ctx)
+                    work = self.tools.call(call.name, call.arguments, self.ctx)
+                # A file write under way lands and is reported before a stop takes effect; a
+                # command (which may write anywhere, for as long as it runs) is killed at once.
+                result = await (finish_started(work, self.config.write_finish_s) if writes and paths is not None else work)
         self._emit(ev.tool_call_update(
-            call.id, "completed" if result.ok else "failed", content=self._content(result), raw_output=result.data or None,
+            call.id, "completed" if result.ok else "failed", content=result_content(self.ctx.workspace, result),
+            raw_output=result.data or None,
         ))
         if "plan" in result.data:
             self._emit(ev.plan(result.data["plan"]))
@@ -491,14 +529,15 @@ class Agent:
     async def _proposal(self, call: ToolCall) -> dict[str, Any]:
         """The call as the person is asked about it: ACP's ToolCallUpdate, with the diff an
         edit would make (computed without writing) so they review the change, not its JSON."""
-        update: dict[str, Any] = {"toolCallId": call.id, "title": self._title(call), "kind": self._kind(call),
-                                  "status": "pending", "rawInput": call.arguments, "locations": self._locations(call)}
+        update: dict[str, Any] = {"toolCallId": call.id, "title": tool_title(call.name, call.arguments),
+                                  "kind": self.tools.kind(call.name), "status": "pending", "rawInput": call.arguments,
+                                  "locations": call_locations(self.ctx.workspace, call)}
         preview = getattr(self.tools.get(call.name), "preview", None)
         proposed = None
         if preview is not None:
             await self._refresh(call)  # the diff is against the editor's text, unsaved edits included
             proposed = await preview(call.arguments, self.ctx)
-        absolute = proposed and self._absolute(proposed[0])
+        absolute = proposed and absolute_path(self.ctx.workspace, proposed[0])
         if absolute:
             update["content"] = [ev.diff_content(absolute, proposed[1], proposed[2])]
         return update
@@ -511,50 +550,10 @@ class Agent:
         if refresh is None or tool is None:
             return
         path = call.arguments.get("path") if isinstance(call.arguments, dict) else None
-        paths = {p for p in [path, *(self._write_paths(tool, call) or [])] if isinstance(p, str)}
-        await refresh(sorted(p for p in paths if self._absolute(p)))
+        paths = {p for p in [path, *(write_paths(tool, call.arguments) or [])] if isinstance(p, str)}
+        await refresh(sorted(p for p in paths if absolute_path(self.ctx.workspace, p)))
 
     # ---- helpers ---------------------------------------------------------------------------------
-
-    @staticmethod
-    def _write_paths(tool, call: ToolCall) -> list[str] | None:
-        """The paths a write call locks; arguments of the wrong shape lock nothing, since the
-        registry refuses them before the tool runs."""
-        try:
-            paths = tool.paths(call.arguments)
-        except Exception:
-            return []
-        return None if paths is None else [p for p in paths if isinstance(p, str)]
-
-    def _read_only(self, call: ToolCall) -> bool:
-        tool = self.tools.get(call.name)
-        return tool is None or tool.spec.read_only
-
-    def _kind(self, call: ToolCall) -> str:
-        tool = self.tools.get(call.name)
-        return tool.spec.kind if tool is not None else "other"
-
-    @staticmethod
-    def _title(call: ToolCall) -> str:
-        return tool_title(call.name, call.arguments)
-
-    def _absolute(self, path: str) -> str | None:
-        try:
-            return str(self.ctx.workspace.resolve(path))
-        except Exception:  # an invalid path: the tool itself reports it
-            return None
-
-    def _locations(self, call: ToolCall) -> list[dict]:
-        path = call.arguments.get("path") if isinstance(call.arguments, dict) else None
-        absolute = self._absolute(path) if isinstance(path, str) else None
-        return [ev.location(absolute)] if absolute else []
-
-    def _content(self, result: ToolResult) -> list[dict]:
-        content = [ev.text_content(result.for_model()[:4000])]
-        absolute = self._absolute(result.data.get("path") or "")
-        if absolute and "new_text" in result.data:
-            content.append(ev.diff_content(absolute, result.data.get("old_text"), result.data["new_text"]))
-        return content
 
     def _fit_context(self, tools: list[dict]) -> bool:
         """Shortens the oldest tool results until the prompt leaves room for the answer; returns

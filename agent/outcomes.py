@@ -85,14 +85,15 @@ class TestRun:
 
 
 def test_runs(records: list[dict[str, Any]]) -> list[TestRun]:
-    """The run_terminal calls that ran a test suite, in log order; passed = completed with exit 0."""
+    """The run_terminal calls that ran a test suite, in log order; passed = completed with exit 0.
+    One a stop cut short (status cancelled) says nothing of the tests, so it is not a run."""
     runs = []
     for i, record in enumerate(records):
         if record.get("type") != "tool_call" or record.get("name") != TERMINAL_TOOL:
             continue
         args = record.get("arguments")
         command = args.get("command") if isinstance(args, dict) else None
-        if isinstance(command, str) and is_test_command(command):
+        if isinstance(command, str) and is_test_command(command) and record.get("status") != "cancelled":
             passed = record.get("error") is None and record.get("status", "completed") == "completed" \
                 and exit_code(record) == 0
             runs.append(TestRun(i, command, passed))

@@ -38,8 +38,7 @@ def _absolute(workspace: str, path: Any) -> str | None:
 
 def _tool_updates(record: dict[str, Any], tools: ToolRegistry, workspace: str) -> list[dict[str, Any]]:
     name, args = record["name"], record["arguments"]
-    tool = tools.get(name)
-    kind = tool.spec.kind if tool is not None else "other"
+    kind = tools.kind(name)
     path = _absolute(workspace, args.get("path") if isinstance(args, dict) else None)
     status = "completed" if record.get("status", "completed") == "completed" and not record.get("error") else "failed"
     text = record.get("result") or ""

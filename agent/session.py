@@ -188,6 +188,11 @@ class Session:
         """The checkpoint the last rewind went to, until the next prompt: the same rewind again
         (to forget the turn after undoing it) is not a second undo signal."""
 
+    @property
+    def turn_undone(self) -> bool:
+        """The last turn's changes were rewound already (and nothing was asked since)."""
+        return self._restored is not None and self._restored == self.agent.turn_checkpoint
+
     @classmethod
     async def create(
         cls,

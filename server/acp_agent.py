@@ -7,7 +7,9 @@ ACP client. Built on the `agent-client-protocol` package (`import acp`); the ses
     python -m server.acp_agent --workspace /repo ...        # the same, without server/cli.py
 
 Served: initialize, session/new, session/load (the history is replayed), session/list,
-session/prompt, session/cancel, session/set_mode (agent | review), session/close; asked of the
+session/prompt, session/cancel, session/set_mode (agent | review), session/close, and the slash
+commands of server/slash_commands.py (`/undo`, `/undo forget`), advertised with an
+`available_commands_update` after session/new and session/load; asked of the
 client: session/request_permission, and fs/read_text_file / fs/write_text_file when it offers
 them (tools then read the editor's unsaved buffers, and edits go through the editor).
 
@@ -56,6 +58,7 @@ from agent.textfile import SNIFF_BYTES, is_binary
 from agent.workspace import Workspace
 from server import __version__
 from server.hub import MODES, RequestError, ServerSettings, SessionHub
+from server.slash_commands import COMMANDS
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +191,7 @@ class ComposerAcpAgent:
         self.conn: acp.Client | None = None
         self.hub: SessionHub | None = None
         self.fs = FileSystemCapabilities()
+        self._background: set[asyncio.Task] = set()
 
     def on_connect(self, conn: acp.Client) -> None:
         self.conn = conn
@@ -204,6 +208,14 @@ class ComposerAcpAgent:
         workspace = self.hub.sessions[session_id].workspace
         if isinstance(workspace, ClientWorkspace):
             workspace.files.session_id = session_id
+
+    def _advertise(self, session_id: str) -> None:
+        """Tells the client the session's slash commands (server/slash_commands.py), once the
+        answer that names the session has gone out: the task runs after this handler returns."""
+        update = {"sessionUpdate": "available_commands_update", "availableCommands": COMMANDS}
+        task = asyncio.ensure_future(self.hub.peer.notify("session/update", {"sessionId": session_id, "update": update}))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def initialize(self, protocol_version: int, client_capabilities: ClientCapabilities | None = None,
                          client_info: Implementation | None = None, **kwargs: Any) -> InitializeResponse:
@@ -224,6 +236,7 @@ class ComposerAcpAgent:
         with _acp_errors():
             result = await self.hub.new_session({"cwd": cwd, "mcpServers": []})
         self._bind(result["sessionId"])
+        self._advertise(result["sessionId"])
         return NewSessionResponse.model_validate(result)
 
     async def load_session(self, cwd: str, session_id: str, mcp_servers: list[Any] | None = None,
@@ -232,6 +245,7 @@ class ComposerAcpAgent:
         with _acp_errors():
             result = await self.hub.load_session({"cwd": cwd, "sessionId": session_id, "mcpServers": []})
         self._bind(session_id)
+        self._advertise(session_id)
         return LoadSessionResponse.model_validate(result)
 
     async def list_sessions(self, cwd: str | None = None, cursor: str | None = None,

@@ -7,7 +7,8 @@ questions back through a `Peer` (the LSP connection, a websocket, ACP's stdio).
     await hub.prompt({"sessionId": sid, "prompt": [{"type": "text", "text": "fix it"}]})
     hub.cancel({"sessionId": sid})
 
-Payloads are ACP v1's (camelCase keys, `_meta` for vendor data). Errors in what the client sent
+A prompt that is a slash command (`/undo`, server/slash_commands.py) acts on the session and
+answers without the model. Payloads are ACP v1's (camelCase keys, `_meta` for vendor data). Errors in what the client sent
 raise `RequestError` with JSON-RPC's invalid-params code and a message naming the field.
 
 Modes (ACP session modes): `agent` follows the permission files; `review` asks before every
@@ -27,6 +28,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any, Protocol
 
+from agent import events as ev
 from agent.checkpoints import CheckpointError
 from agent.permissions import ANSWERS, review_policy
 from agent.replay import session_title
@@ -35,6 +37,7 @@ from agent.session import Session, SessionConfig
 from agent.session_log import SessionLogError, list_sessions, read_session
 from agent.turn_review import Pick
 from agent.workspace import Workspace
+from server.slash_commands import parse_command, run_command
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +250,11 @@ class SessionHub:
             raise RequestError(f"session {session.id} is already answering a prompt; cancel it first")
         if session.changing:
             raise RequestError(f"session {session.id} is busy with {session.changing}; prompt again when it is done")
+        command = parse_command(text)
+        if command is not None:  # server/slash_commands.py: acts on the session, no model call
+            answer = await run_command(session, *command)
+            await self.peer.notify("session/update", {"sessionId": session.id, "update": ev.agent_message_chunk(answer)})
+            return {"stopReason": "end_turn", "_meta": {"composer": {"command": command[0]}}}
         task = asyncio.ensure_future(session.prompt(text))
         self._turns[session.id] = task
         try:

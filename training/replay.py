@@ -29,7 +29,8 @@ What is compared:
     records are re-taken at the same points), or, for one without a checkpoint (a task run's,
     written by training.run), against the environment's diff; a log without one must leave no
     change.
-Denied calls are skipped (they never ran). The report is JSON: `matches` (every final diff
+Denied and cancelled calls are skipped (they never ran, or a stop cut them short: a command's
+partial effect then shows as a final-diff mismatch). The report is JSON: `matches` (every final diff
 matches), `final_diffs`, `mismatches` (per call), `tests` (exit code and output tail of --tests,
 run in the environment's sandbox), `grade` (with --task: the replayed diff graded in a fresh view
 as training.run grades, also appended to the log as an `outcome` record, source "replay",
@@ -174,7 +175,7 @@ class Replayer:
 
     async def run_one(self, record: dict[str, Any], lock: asyncio.Lock) -> None:
         self.calls += 1
-        if record.get("status") == "denied":
+        if record.get("status") in ("denied", "cancelled"):  # never ran, or stopped part way
             self.skipped += 1
             return
         name, args = record["name"], _swap_paths(record["arguments"], self._there, str(self.dest))

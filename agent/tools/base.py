@@ -133,6 +133,16 @@ class ToolRegistry:
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
+    def kind(self, name: str) -> str:
+        """ACP's tool kind of a call to `name` (read, edit, execute, ...; other for an unknown tool)."""
+        tool = self._tools.get(name)
+        return tool.spec.kind if tool is not None else "other"
+
+    def read_only(self, name: str) -> bool:
+        """Whether a call to `name` changes nothing (an unknown tool runs nothing)."""
+        tool = self._tools.get(name)
+        return tool is None or tool.spec.read_only
+
     def __contains__(self, name: str) -> bool:
         return name in self._tools
 

@@ -123,18 +123,82 @@ async def test_a_cancelled_step_answers_the_calls_that_ran_as_a_reloaded_session
 
     log_file = SessionLog.open(tmp_path, model={"id": "scripted"}, sampler={}, tools=[], system_prompt="sys",
                                log_dir=tmp_path / "logs")
-    agent, _, _, _ = make_agent(tmp_path, [calls(("shell", {"seconds": 30}), ("look", {"seconds": 0}),
-                                                 ("write", {"path": "a.py", "seconds": 0}))], log=log_file)
+    agent, _, _, events = make_agent(tmp_path, [calls(("shell", {"seconds": 30}), ("look", {"seconds": 0}),
+                                                      ("write", {"path": "a.py", "seconds": 0}))], log=log_file)
     task = asyncio.create_task(agent.run_turn("go"))
     await asyncio.sleep(0.3)
     task.cancel()
     assert (await task).stop_reason == "cancelled"
     log_file.close()
-    answers = [m for m in agent.messages if m["role"] == "tool"]
-    assert [a["name"] for a in answers] == ["look", "shell", "write"]  # the write waited for the shell command
-    assert answers[0]["content"].startswith("x")
-    assert all("turn ended before this call ran" in a["content"] for a in answers[1:])
+    answers = {m["name"]: m["content"] for m in agent.messages if m["role"] == "tool"}
+    assert list(answers) == ["shell", "look", "write"]  # in the order of the calls
+    assert answers["look"].startswith("x")
+    assert "stopped while this call ran; it may have done part of its work" in answers["shell"]
+    assert "turn ended before this call ran" in answers["write"]  # it waited for the shell command
     assert conversation(read_session(log_file.path), "sys") == agent.messages
+    # The editor sees every call end: none is left showing as running.
+    final = {e["toolCallId"]: e["status"] for e in events if e.get("status") in ("completed", "failed")}
+    assert len(final) == 3 and list(final.values()).count("failed") == 2
+    stopped = [r for r in read_session(log_file.path) if r["type"] == "tool_call" and r.get("status") == "cancelled"]
+    assert sorted(r["name"] for r in stopped) == ["shell", "write"]
+
+
+def final_status(events, call_id):
+    return [e["status"] for e in events if e.get("toolCallId") == call_id and "status" in e][-1]
+
+
+@pytest.mark.parametrize("beside", [[], [("look", {"seconds": 30})], [("shell", {"seconds": 30})],
+                                    [("write", {"path": "a.py", "seconds": 30})]], ids=["alone", "a read", "a command", "a queued write"])
+@pytest.mark.parametrize("cancels", [1, 3])
+async def test_a_file_write_under_way_when_the_turn_is_cancelled_lands_and_is_reported(tmp_path, beside, cancels):
+    """Stopped mid-write (an editor answering an edit, a slow disk), the write finishes first, so
+    the editor, the model and the log all say it happened; it never lands unseen after the stop.
+    Calls stopped beside it, and a client that sends the cancel again, do not cut it short."""
+    agent, _, log, events = make_agent(tmp_path, [calls(("write", {"path": "a.py", "seconds": 0.5}), *beside)])
+    task = asyncio.create_task(agent.run_turn("go"))
+    await asyncio.sleep(0.2)
+    for _ in range(cancels):
+        task.cancel()
+        await asyncio.sleep(0.05)
+    assert (await task).stop_reason == "cancelled"
+    (write,) = [entry for entry in log if entry[0] == "write" and entry[3] - entry[2] < 5]
+    assert write[3] - write[2] >= 0.45, "the write ran to its end"
+    answer = next(m for m in agent.messages if m["role"] == "tool")
+    assert answer["content"].startswith("x")
+    assert final_status(events, answer["tool_call_id"]) == "completed"
+    assert all(final_status(events, m["tool_call_id"]) == "failed" for m in agent.messages[-len(beside):] if beside)
+
+
+async def test_a_write_that_outlasts_the_grace_is_stopped(tmp_path):
+    agent, _, _, events = make_agent(tmp_path, [calls(("write", {"path": "a.py", "seconds": 30}))],
+                                       config=LoopConfig(write_finish_s=0.3))
+    task = asyncio.create_task(agent.run_turn("go"))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    began = time.perf_counter()
+    assert (await task).stop_reason == "cancelled"
+    assert 0.15 < time.perf_counter() - began < 5
+    answer = next(m for m in agent.messages if m["role"] == "tool")
+    assert "stopped while this call ran" in answer["content"]
+    assert final_status(events, answer["tool_call_id"]) == "failed"
+
+
+async def test_a_cancel_while_the_person_is_asked_ends_every_call_of_the_step(tmp_path):
+    async def person(tool_call, decision):
+        await asyncio.sleep(30)  # nobody answers
+
+    permissions = PermissionPolicy([{"tool": "write", "action": "ask"}], default="allow")
+    agent, _, log, events = make_agent(tmp_path, [calls(("look", {"seconds": 0}), ("write", {"path": "x"}))],
+                                       permissions=permissions, ask=person)
+    task = asyncio.create_task(agent.run_turn("go"))
+    await asyncio.sleep(0.2)
+    task.cancel()
+    assert (await task).stop_reason == "cancelled"
+    assert not log, "nothing ran"
+    ids = [e["toolCallId"] for e in events if e["sessionUpdate"] == "tool_call"]
+    assert len(ids) == 2 and all(final_status(events, i) == "failed" for i in ids)
+    answers = [m["content"] for m in agent.messages if m["role"] == "tool"]
+    assert len(answers) == 2 and all("turn ended before this call ran" in a for a in answers)
 
 
 async def test_a_call_that_fails_the_step_stops_the_others_before_the_turn_ends(tmp_path):

@@ -67,6 +67,8 @@ class ComposerTestClient(LanguageClient):
         self.documents: dict[str, tuple[str, int]] = {}
         self.refuse_edits = False
         self.change_delay = 0.0
+        self.apply_delay = 0.0
+        """Seconds the editor takes to answer an applyEdit (a person looking at a prompt)."""
         """Seconds before the didChange that reports an applied edit (Neovim debounces them)."""
         self.update_event = asyncio.Event()
 
@@ -99,7 +101,9 @@ def _register(client: ComposerTestClient) -> None:
         return answer
 
     @client.feature(types.WORKSPACE_APPLY_EDIT)
-    def on_apply_edit(params: types.ApplyWorkspaceEditParams) -> types.ApplyWorkspaceEditResult:
+    async def on_apply_edit(params: types.ApplyWorkspaceEditParams) -> types.ApplyWorkspaceEditResult:
+        if client.apply_delay:
+            await asyncio.sleep(client.apply_delay)
         client.applied_edits.append(params)
         if client.refuse_edits:
             return types.ApplyWorkspaceEditResult(applied=False, failure_reason="the user said no")

@@ -230,6 +230,10 @@ async def test_cancel_while_asking_permission(connect, workspace, model):
         client.turn_cancelled.set()
         assert (await turn).stop_reason == "cancelled"
     assert (workspace / "app.py").read_text() == "x = 1\n"
+    # The client is told the call ended: none is left showing as waiting or running.
+    [call] = client.of("tool_call")
+    statuses = [u["status"] for u in client.of("tool_call_update") if u["toolCallId"] == call["toolCallId"] and "status" in u]
+    assert statuses[-1] == "failed"
 
 
 async def test_list_then_load_replays_the_history(connect, workspace, model):
@@ -319,3 +323,42 @@ def test_only_protocol_reaches_stdout():
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout == b"{}\n"
     assert b"stray print" in done.stderr and b"from a child" in done.stderr
+
+
+async def test_undo_slash_command_takes_the_turn_back_shell_changes_included(connect, workspace, model):
+    """ACP has no rewind request: `/undo` is how a Zed user undoes a turn. It restores every
+    kind of change a shell command makes, without a model call; again, it reverts nothing the
+    person did since; `/undo forget` then takes the turn out of what the model is shown next."""
+    from workspace_tree import SHELL_CHANGES, SHELL_TURN, changed_paths, make_tree, snapshot
+
+    (workspace / "hello.py").write_text("print('hello')\n")
+    make_tree(workspace)
+    before = snapshot(workspace)
+    model.script = SHELL_TURN  # by the user messages the model is shown: after the forget, "hello" is the first
+    client = RecordingClient()
+
+    async def told(conn, session_id: str, text: str) -> str:
+        said, asked = len(client.text()), len(model.requests)
+        assert (await prompt(conn, session_id, text)).stop_reason == "end_turn"
+        assert len(model.requests) == asked, "a command needs no model call"
+        return client.text()[said:]
+
+    async with connect(client) as conn:
+        session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+        await until(lambda: client.of("available_commands_update"))
+        [advertised] = client.of("available_commands_update")
+        assert [c["name"] for c in advertised["availableCommands"]] == ["undo"]
+        sid = session.session_id
+        assert (await prompt(conn, sid, "reorganise")).stop_reason == "end_turn"
+        assert set(changed_paths(before, snapshot(workspace))) >= SHELL_CHANGES
+        undone = await told(conn, sid, "/undo")
+        assert changed_paths(before, snapshot(workspace)) == []
+        assert undone.startswith("Undid the last turn: ") and "hello.py" in undone and "--restore" in undone
+        (workspace / "mine.txt").write_text("the person's\n")
+        assert "undone already" in await told(conn, sid, "/undo")
+        assert (workspace / "mine.txt").exists(), "a second /undo reverts nothing the person did since"
+        assert "out of the conversation now" in await told(conn, sid, "/undo\tforget")
+        assert "takes nothing or `forget`" in await told(conn, sid, "/undo now please")
+        await prompt(conn, sid, "hello")
+        shown = [m.get("content") for m in model.requests[-1]["messages"]]
+        assert "hello" in shown and "reorganise" not in shown

@@ -121,6 +121,25 @@ async def test_cancel_stops_a_running_turn(client, workspace, model):
     assert len(client.text_of().split()) < 200
 
 
+async def test_a_cancel_while_the_editor_applies_an_edit_reports_the_edit_it_made(client, workspace, model):
+    """The stop waits for the editor's answer, so the card shows the edit done (not running for
+    good) and the model's next turn knows the file changed."""
+    model.script = [[{"text": "", "tool_calls": [EDIT]}, {"text": "never asked"}], [{"text": "ok"}]]
+    uri = client.open(workspace / "hello.py", "print('hello')\n", version=1)
+    client.apply_delay = 0.6
+    session_id = await _new(client, workspace)
+    turn = asyncio.ensure_future(_prompt(client, session_id, "say goodbye"))
+    await until(lambda: any(u["update"].get("status") == "in_progress" for u in client.updates), "the edit to start")
+    client.protocol.notify("session/cancel", {"sessionId": session_id})
+    assert (await asyncio.wait_for(turn, 10))["stopReason"] == "cancelled"
+    assert client.documents[uri][0] == "print('goodbye')\n"
+    last = [u["update"]["status"] for u in client.updates if u["update"].get("sessionUpdate") == "tool_call_update"]
+    assert last[-1] == "completed"
+    await _prompt(client, session_id, "what changed?")
+    told = [m["content"] for m in model.requests[-1]["messages"] if m["role"] == "tool"]
+    assert told and not told[-1].startswith("Error")
+
+
 async def test_cancel_request_of_the_prompt_also_stops_the_turn(client, workspace, model):
     model.script = [[{"text": " ".join(["word"] * 200), "delay": 0.05}]]
     session_id = await _new(client, workspace)

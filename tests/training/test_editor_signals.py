@@ -247,6 +247,8 @@ def test_turn_signals_from_records():
     assert [(s["signal"], s["value"], s.get("path")) for s in signals] == [
         ("edit_accepted", True, "a.py"), ("edit_accepted", False, "c.py"), ("tests_passed_after_edit", True, None)]
     assert outcomes.tests_after_last_edit(turn[:-1]) is None  # the failing run came before the edit
+    stopped = dict(tool("run_terminal", command="pytest -q"), status="cancelled", error="the turn ended before this call ran")
+    assert outcomes.tests_after_last_edit([*turn[:-1], stopped]) is None  # a stopped run says nothing of the tests
     assert is_test_command("cd pkg && python -m pytest -x") and is_test_command("npm run test")
     assert not is_test_command("cat pytest.ini") and not is_test_command("echo latest")
 

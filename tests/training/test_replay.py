@@ -170,3 +170,16 @@ async def test_a_log_without_header_or_snapshot_is_refused(tmp_path, logged_sess
             record["workspace"], record["git"] = str(tmp_path / "gone"), None
     with pytest.raises(ReplayError, match="--workspace-source"):
         await replay_session(tamper(log, tmp_path / "gone.jsonl", elsewhere))
+
+
+async def test_a_call_the_turn_stopped_is_skipped_not_rerun(logged_session, tmp_path):
+    """A `cancelled` record (agent/loop.py: a stop ended the call, or it never started) is not
+    run again: a read whose logged result is the stop's note is no mismatch."""
+    log, _, pristine = logged_session
+
+    def stop(record):
+        if record["type"] == "tool_call" and record["name"] == "read_file" and record["arguments"]["path"] == "README.md":
+            record.update(status="cancelled", result="", error="the turn ended before this call ran")
+    report = await replay_session(tamper(log, tmp_path / "stopped.jsonl", stop), workspace_source=pristine)
+    assert report["matches"] is True and report["mismatches"] == []
+    assert report["calls"] == 10 and report["skipped"] == 1
