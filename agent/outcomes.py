@@ -9,10 +9,11 @@ Signals (`signal`, `value`, `reward`; rewards lie in [-1, 1], `source` says who 
 | edit_accepted           | bool  | +1 / -1 | the person's verdict on a proposed edit's diff (review mode, or a rule that asked): the turn's `permission` records by the user on file edits, and `edit_review` records |
 | tests_passed_after_edit | bool  | +1 / -1 | the turn changed files and ran tests (run_terminal with a test runner) after its last edit: did the last such run exit 0 |
 | turn_undone             | true  | -1      | a rewind restored a checkpoint: the work after it was thrown away |
+| turn_forgotten          | true  | -1      | the person took a turn that changed no file out of the conversation (its answer was not wanted) |
 | edit_kept               | share of hunks kept | (kept - reverted) / hunks | each turn's final diff against the workspace when the next session there starts: a hunk whose new lines are still there is kept, one whose old lines are back is reverted, else changed (0) |
 
 Where each is written (agent/session.py calls these): `turn_signals` when a turn ends (the
-turn's records are complete then), `undo_signal` at a restore, `settle_previous_session` when a
+turn's records are complete then), `undo_signal` at a restore, `forget_signal` when a turn is forgotten, `settle_previous_session` when a
 new session is created in a workspace: the only moment the earlier session's edits can be
 compared with what the person kept, so this is done live rather than by a later pass over logs.
 Task grades (`task_resolved`) are written by training/run.py.
@@ -230,6 +231,11 @@ def turn_signals(turn: list[dict[str, Any]], workspace: str | None = None) -> li
         signals.append({"signal": "tests_passed_after_edit", "value": passed, "reward": 1.0 if passed else -1.0,
                         "source": "agent_tests", "detail": {"command": runs[-1].command[:500], "runs": len(runs)}})
     return signals
+
+
+def forget_signal() -> dict[str, Any]:
+    """The last turn, which changed no file, was taken out of the conversation by the person."""
+    return {"signal": "turn_forgotten", "value": True, "reward": -1.0, "source": "editor"}
 
 
 def undo_signal(checkpoint_id: str) -> dict[str, Any]:

@@ -30,7 +30,13 @@ from agent.checkpoints import CheckpointStore
 from agent.harness_notes import rewind_note, undo_note
 from agent.isolation import gate_session
 from agent.loop import Agent, LoopConfig, TurnResult
-from agent.outcomes import settle_previous_session, split_turns, turn_signals, undo_signal
+from agent.outcomes import (
+    forget_signal,
+    settle_previous_session,
+    split_turns,
+    turn_signals,
+    undo_signal,
+)
 from agent.permission_files import load_policy
 from agent.permissions import PermissionPolicy, rollout_policy
 from agent.policy import EndpointPolicy, EnginePolicy, Policy, endpoint_tokenizer
@@ -333,6 +339,19 @@ class Session:
             self.changing = None
         self._log_restore(result, buffers, forget)
         return result, buffers
+
+    def forget_turn(self) -> None:
+        """Takes the last turn out of the conversation when it changed no file (an answer the
+        person does not want the model to build on); one that changed files is forgotten with
+        `restore(turn_checkpoint, forget=True)`, which takes its changes back as well. Logged as
+        a `forget` record and a `turn_forgotten` signal."""
+        if (self._turn is not None and not self._turn.done()) or self.changing:
+            raise RuntimeError("the session is busy; forget the turn when it is done")
+        if self.agent.turn_checkpoint is not None:
+            raise RuntimeError("the last turn changed files: rewind it with the conversation to forget it")
+        self.agent.forget_last_turn()  # RuntimeError when there is no turn to forget
+        self.log.write("forget", by="user", forgot_turn=True)
+        self.log.write("outcome", **forget_signal())
 
     def _require_idle(self, doing: str) -> None:
         """Refuses what changes the workspace beside this session's turn or rewind."""

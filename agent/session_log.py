@@ -65,7 +65,7 @@ from agent.tools.base import truncate
 SCHEMA_VERSION = 2
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "session_log.schema.json"
 RECORD_TYPES = ("session", "user_message", "model_call", "tool_call", "permission", "edit_review",
-                "checkpoint", "restore", "final_diff", "outcome", "error", "cancelled")
+                "checkpoint", "restore", "forget", "final_diff", "outcome", "error", "cancelled")
 MAX_RESULT_CHARS = 50_000
 """Tool results longer than this are cut in the log (the model may have seen more)."""
 

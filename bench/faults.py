@@ -10,6 +10,8 @@ tests/server/fault_scenarios.py (tests/server/test_faults.py runs them small):
   flood           the model answers each of the turn's 25 steps with 1,000 broken tool calls
   disk full       ENOSPC on a 64 MiB tmpfs (bubblewrap --size) while a turn writes the checkpoint
                   store, then the session log
+  stop            the person stops a turn whose step queued 8 minute-long commands beside a read
+                  and a write (tests/server/stop_scenario.py): the command killed, every card ended
 Each row: what was checked, the result (pass, or the checks that failed), the time to recover
 and, from the same run, the same work without the fault. Prints the table, writes
 bench/results/faults.json and its block in docs/benchmarks.md.
@@ -32,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "server")]
 import fault_scenarios as faults  # noqa: E402
+from stop_scenario import stop_mid_step  # noqa: E402
 
 from bench.report import publish  # noqa: E402
 
@@ -40,24 +43,27 @@ RECOVERY = {
     "endpoint": "fault to the turn's error reply, worst of the deaths",
     "flood": "the flooded turn, start to its end at the step budget",
     "disk": "room again to the next turn done",
+    "stop": "session/cancel to the prompt's answer, cancelled",
 }
 BASELINE = {
     "kill": "a fresh server to every session open and answering its first turn",
     "endpoint": "an ordinary turn",
     "flood": "an ordinary one-step turn",
     "disk": "the same kind of turn with room",
+    "stop": "an ordinary turn in the same session",
 }
 
 
 async def scenarios(args: argparse.Namespace, tmp: Path) -> list[tuple[str, faults.Report]]:
     """(kind, report) for each fault, run one after another, each in a folder of its own; one
     that raises is a failed row, with the end of its servers' stderr."""
-    sessions, deaths, calls, disk = (5, 2, 200, 16) if args.quick else (20, 10, 1000, 64)
+    sessions, deaths, calls, disk, stops = (5, 2, 200, 16, 2) if args.quick else (20, 10, 1000, 64, 8)
     plan = [("kill", f"{sessions} websocket sessions", lambda d: faults.kill_server_mid_sessions(d, sessions))]
     plan += [("endpoint", f"{how}, {deaths} deaths", lambda d, how=how: faults.endpoint_dies_mid_stream(d, how, deaths))
              for how in ("kill", "hangup", "abort")]
     plan += [("flood", f"{calls} broken calls a step", lambda d: faults.flood_of_malformed_calls(d, calls)),
-             ("disk", f"a {disk} MiB tmpfs", lambda d: asyncio.to_thread(faults.run_disk_full, disk * 2**20, d))]
+             ("disk", f"a {disk} MiB tmpfs", lambda d: asyncio.to_thread(faults.run_disk_full, disk * 2**20, d)),
+             ("stop", f"{stops} commands", lambda d: stop_mid_step(d, stops))]
     runs: list[tuple[str, faults.Report]] = []
     for i, (kind, scale, run) in enumerate(plan):
         folder = tmp / str(i)
@@ -105,7 +111,7 @@ def table(runs: list[tuple[str, faults.Report]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="5 sessions, 2 deaths, 200 calls, a 16 MiB disk")
+    ap.add_argument("--quick", action="store_true", help="5 sessions, 2 deaths, 200 calls, a 16 MiB disk, 2 commands")
     ap.add_argument("--no-write", action="store_true", help="print only; leave results and docs alone")
     args = ap.parse_args(argv)
     load, started = os.getloadavg()[0], time.monotonic()

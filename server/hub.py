@@ -281,10 +281,18 @@ class SessionHub:
     async def rewind(self, params: Any) -> dict[str, Any]:
         """Restores the workspace to a checkpoint (default: before the last turn's first
         change), shell-made changes and the editor's unsaved buffers included; with
-        `conversation: true` the last turn leaves the conversation too."""
+        `conversation: true` the last turn leaves the conversation too (a turn that changed no
+        file only leaves the conversation)."""
         session = self.session(params)
         checkpoint = _field(params, "checkpointId", str, required=False) or session.agent.turn_checkpoint
         forget = bool(_field(params, "conversation", bool, required=False))
+        if checkpoint is None and forget:  # a turn that changed no file leaves the conversation only
+            try:
+                session.forget_turn()
+            except RuntimeError as err:
+                raise RequestError(str(err)) from None
+            return {"checkpointId": None, "changes": {"added": [], "modified": [], "deleted": []},
+                    "buffers": {"reverted": [], "refused": {}}, "forgotTurn": True, "backupCheckpointId": None}
         if checkpoint is None:
             raise RequestError(f"session {session.id} has no checkpoint to go back to")
         try:

@@ -6,6 +6,7 @@ complete them. Every client's prompt passes through here first (server/hub.py).
     /undo           the last turn's changes go back: its edits, what its shell commands changed,
                     and the editor's buffers it left unsaved (as `composer/rewind` does)
     /undo forget    the same, and the turn leaves the conversation: the model forgets it too
+                    (a turn that only answered just leaves the conversation)
 
 A prompt that is one of these runs it, answers with a message and ends (`end_turn`) without
 calling the model; any other prompt, `/usr/bin/env is missing` included, goes to the model.
@@ -52,8 +53,14 @@ async def _undo(session: Session, argument: str) -> str:
     if argument not in ("", "forget"):
         return f"`/undo` takes nothing or `forget`, not {argument!r}: nothing was undone."
     forget, checkpoint = argument == "forget", session.agent.turn_checkpoint
+    if checkpoint is None and forget:
+        try:
+            session.forget_turn()
+        except RuntimeError:
+            return "Nothing to forget: the last turn is out of the conversation already, or there is none."
+        return "The last turn changed no file; it is out of the conversation now: the model no longer knows of it."
     if checkpoint is None:
-        return "Nothing to undo: the last turn changed no file, or it was undone and forgotten already."
+        return "Nothing to undo: the last turn changed no file (`/undo forget` takes it out of the conversation)."
     if session.turn_undone and not forget:
         return "The last turn is undone already; `/undo forget` takes it out of the conversation too."
     undone_before = session.turn_undone

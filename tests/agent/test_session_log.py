@@ -57,6 +57,7 @@ EXAMPLES: dict[str, dict] = {
     "checkpoint": {"checkpoint_id": "0001-abc", "label": "before edit_file", "files": 12, "new_bytes": 300},
     "restore": {"checkpoint_id": "0001-abc", "backup_id": "0002-def",
                 "changes": {"added": [], "modified": ["a.py"], "deleted": ["b.py"]}, "by": "user"},
+    "forget": {"by": "user", "forgot_turn": True},
     "final_diff": {"diff": "--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-x\n+y\n", "files": ["a.py"],
                    "base_checkpoint_id": "0001-abc", "base_commit": None},
     "outcome": {"signal": "tests_passed", "value": True, "source": "pytest", "detail": {"passed": 3, "failed": 0}},

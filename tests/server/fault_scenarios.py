@@ -399,10 +399,11 @@ async def flood_of_malformed_calls(root: Path, calls: int = 50) -> Report:
     report = Report("model floods malformed tool calls", f"{calls} broken calls a step")
     workspace, logs = root / "ws", root / "logs"
     workspace.mkdir(parents=True)
-    # Each step's flood names another unknown tool, as a broken model's garbage changes: the
-    # same flood again would be a loop the agent stops after three steps (agent/repetition.py).
-    floods = [{"text": "", "tool_calls": [dict(BROKEN[i % len(BROKEN)], id=f"c{i}") for i in range(calls)]
-               + [{"name": f"no_such_tool_{_letters(step)}", "arguments": {}, "id": "odd"}]}
+    # Each step's flood names another unknown tool first (among the calls that run), as a broken
+    # model's garbage changes: the same flood again would be a loop the agent stops after three
+    # steps (agent/repetition.py).
+    floods = [{"text": "", "tool_calls": [{"name": f"no_such_tool_{_letters(step)}", "arguments": {}, "id": "odd"}]
+               + [dict(BROKEN[i % len(BROKEN)], id=f"c{i}") for i in range(calls)]}
               for step in range(MAX_STEPS + 10)]
     flood = floods[0]
     with ScriptedModel([floods]) as model:

@@ -1,6 +1,7 @@
 """Faults composer-lsp survives, small versions of bench/faults.py (the scenarios are in
 tests/server/fault_scenarios.py): kill -9 of the server mid-turn, the model endpoint dying
-mid-stream, a flood of malformed tool calls, a full disk. Each checks that nothing acknowledged
+mid-stream, a flood of malformed tool calls, a full disk, and a person stopping a turn mid-step
+(tests/server/stop_scenario.py). Each checks that nothing acknowledged
 is lost and that the turn that met the fault ended with a clear error.
 
     .venv/bin/python -m pytest -q tests/server/test_faults.py
@@ -19,6 +20,7 @@ from fault_scenarios import (
     run_disk_full,
 )
 from scripted_model import ScriptedModel
+from stop_scenario import stop_mid_step
 
 from agent.cli import main as composer_agent
 from agent.session_log import read_session
@@ -74,3 +76,9 @@ def test_a_full_disk_fails_the_turn_and_leaves_nothing_half_written():
 async def test_the_disk_full_scenario_refuses_to_fill_a_real_disk(tmp_path):
     with pytest.raises(ValueError, match="small filesystem of its own"):
         await disk_full(tmp_path)
+
+
+async def test_a_stop_mid_step_ends_every_call_and_kills_the_running_command(tmp_path):
+    report = await stop_mid_step(tmp_path, commands=2)
+    assert report.problems == [], report.checked
+    assert report.recover_s < 10

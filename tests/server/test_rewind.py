@@ -167,3 +167,31 @@ async def test_a_rewind_can_take_the_turn_out_of_the_conversation(workspace, mod
             "the model goes on as if the turn never was"
     finally:
         await stop_client(client)
+
+
+async def test_a_turn_that_changed_no_file_can_leave_the_conversation(workspace, model, tmp_path):
+    """An answer the person does not want built on: `conversation: true` with nothing to rewind
+    forgets the turn alone, for the live session and for one loaded from its log."""
+    from agent.replay import conversation
+    from agent.session_log import read_session
+
+    model.script = [[{"text": "It prints hello."}]]
+    client = await start_client(workspace, model.url, tmp_path / "logs", "--index", "off")
+    try:
+        session_id = await _turn(client, workspace)  # "reorganise", answered without a change
+        with pytest.raises(Exception, match="no checkpoint"):
+            await client.protocol.send_request_async("composer/rewind", {"sessionId": session_id})
+        forgot = await client.protocol.send_request_async("composer/rewind", {"sessionId": session_id, "conversation": True})
+        assert forgot["forgotTurn"] is True and forgot["checkpointId"] is None and forgot["changes"]["modified"] == []
+        with pytest.raises(Exception, match="no turn to forget"):
+            await client.protocol.send_request_async("composer/rewind", {"sessionId": session_id, "conversation": True})
+        asked = len(model.requests)
+        await client.protocol.send_request_async("session/prompt", {"sessionId": session_id,
+                                                                    "prompt": [{"type": "text", "text": "next"}]})
+        assert [m["content"] for m in model.requests[asked]["messages"][1:]] == ["next"]
+    finally:
+        await stop_client(client)
+    (log,) = (tmp_path / "logs").rglob(f"*{session_id}*.jsonl")
+    records = read_session(log)
+    assert [m["content"] for m in conversation(records, "sys")[1:]] == ["next", "It prints hello."]
+    assert [r["signal"] for r in records if r["type"] == "outcome"] == ["turn_forgotten"]
