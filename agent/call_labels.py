@@ -5,6 +5,7 @@ taken before a batch of calls (`composer-agent checkpoints --list` shows it).
     tool_title("edit_file", {"path": "stats.py", ...})                 # "edit_file stats.py"
     call_locations(workspace, call)                                    # [{"path": "/ws/stats.py"}]
     result_content(workspace, result)                                  # [text, diff] for the editor
+    permission_proposal(call, "edit", workspace, (path, old, new))     # what a permission question shows
     checkpoint_label([call, ...])                       # "before edit_file stats.py, run_terminal pytest"
 """
 
@@ -53,6 +54,20 @@ def result_content(workspace: Any, result: ToolResult) -> list[dict[str, Any]]:
     if absolute and "new_text" in result.data:
         content.append(ev.diff_content(absolute, result.data.get("old_text"), result.data["new_text"]))
     return content
+
+
+def permission_proposal(call: ToolCall, kind: str, workspace: Any,
+                        proposed: tuple[str, str | None, str] | None) -> dict[str, Any]:
+    """The call as the person is asked about it: ACP's ToolCallUpdate, with the diff an edit
+    would make (`proposed`: path, old text, new text, from the tool's preview) so they review
+    the change, not its JSON."""
+    update: dict[str, Any] = {"toolCallId": call.id, "title": tool_title(call.name, call.arguments), "kind": kind,
+                              "status": "pending", "rawInput": call.arguments,
+                              "locations": call_locations(workspace, call)}
+    absolute = absolute_path(workspace, proposed[0]) if proposed else None
+    if absolute:
+        update["content"] = [ev.diff_content(absolute, proposed[1], proposed[2])]
+    return update
 
 
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import json
 import uuid
 from collections.abc import Awaitable, Callable
@@ -36,10 +37,12 @@ from agent.call_labels import (
     absolute_path,
     call_locations,
     checkpoint_label,
+    permission_proposal,
     result_content,
     tool_title,
 )
 from agent.harness_notes import NOT_RUN, STOPPED_RUNNING, answer_unanswered, calls_note
+from agent.live_output import LiveOutput
 from agent.policy import Policy, Reply
 from agent.redact import redact_obj
 from agent.repetition import RepetitionWatch, step_signature
@@ -504,13 +507,17 @@ class Agent:
                 await self._refresh(call)
                 started.add(call.id)
                 revision = self._revisions.pop(call.id, None)
+                live = LiveOutput(self._emit, call.id)  # a command's output, shown while it runs
                 if revision is not None:
                     work = run_guarded(call.name, lambda: apply_revision(self.ctx, revision))
                 else:
-                    work = self.tools.call(call.name, call.arguments, self.ctx)
+                    work = self.tools.call(call.name, call.arguments, dataclasses.replace(self.ctx, on_output=live))
                 # A file write under way lands and is reported before a stop takes effect; a
                 # command (which may write anywhere, for as long as it runs) is killed at once.
-                result = await (finish_started(work, self.config.write_finish_s) if writes and paths is not None else work)
+                try:
+                    result = await (finish_started(work, self.config.write_finish_s) if writes and paths is not None else work)
+                finally:
+                    live.close()
         self._emit(ev.tool_call_update(
             call.id, "completed" if result.ok else "failed", content=result_content(self.ctx.workspace, result),
             raw_output=result.data or None,
@@ -527,20 +534,13 @@ class Agent:
         return result
 
     async def _proposal(self, call: ToolCall) -> dict[str, Any]:
-        """The call as the person is asked about it: ACP's ToolCallUpdate, with the diff an
-        edit would make (computed without writing) so they review the change, not its JSON."""
-        update: dict[str, Any] = {"toolCallId": call.id, "title": tool_title(call.name, call.arguments),
-                                  "kind": self.tools.kind(call.name), "status": "pending", "rawInput": call.arguments,
-                                  "locations": call_locations(self.ctx.workspace, call)}
+        """The call as the person is asked about it, with the diff an edit would make (computed
+        without writing, against the editor's text, unsaved edits included)."""
         preview = getattr(self.tools.get(call.name), "preview", None)
-        proposed = None
         if preview is not None:
-            await self._refresh(call)  # the diff is against the editor's text, unsaved edits included
-            proposed = await preview(call.arguments, self.ctx)
-        absolute = proposed and absolute_path(self.ctx.workspace, proposed[0])
-        if absolute:
-            update["content"] = [ev.diff_content(absolute, proposed[1], proposed[2])]
-        return update
+            await self._refresh(call)
+        proposed = await preview(call.arguments, self.ctx) if preview is not None else None
+        return permission_proposal(call, self.tools.kind(call.name), self.ctx.workspace, proposed)
 
     async def _refresh(self, call: ToolCall) -> None:
         """Has the workspace take the files a call reads or writes afresh from the editor, when it

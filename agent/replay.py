@@ -211,8 +211,15 @@ def remembered(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def last_request(records: Iterable[dict[str, Any]]) -> str | None:
-    """The text of the session's last request a rewind did not take out of the conversation."""
-    return next((r["text"] for r in reversed(remembered(records)) if r.get("type") == "user_message"), None)
+    """The text of the session's last request, the turn a forget would take out of the
+    conversation; None when that turn is forgotten already (a forget never reaches further back)."""
+    last = None
+    for record in records:
+        if record.get("type") == "user_message":
+            last = record["text"]
+        elif record.get("forgot_turn"):
+            last = None
+    return last
 
 
 def session_title(records: Iterable[dict[str, Any]]) -> str | None:

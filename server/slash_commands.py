@@ -56,8 +56,8 @@ async def _undo(session: Session, argument: str) -> str:
     if checkpoint is None and forget:
         try:
             session.forget_turn()
-        except RuntimeError:
-            return "Nothing to forget: the last turn is out of the conversation already, or there is none."
+        except RuntimeError as err:
+            return f"Nothing was forgotten: {err}."
         return "The last turn changed no file; it is out of the conversation now: the model no longer knows of it."
     if checkpoint is None:
         return "Nothing to undo: the last turn changed no file (`/undo forget` takes it out of the conversation)."

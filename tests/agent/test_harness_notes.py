@@ -120,6 +120,8 @@ async def test_a_rewind_that_forgets_the_turn_leaves_no_trace_in_the_conversatio
     assert loaded.agent.messages == after_first and loaded.agent.stream.pending == "rewound"
     asked = [u["content"]["text"] for u in history if u.get("sessionUpdate") == "user_message_chunk"]
     assert asked == ["write a"], "the client is not shown the turn either"
+    with pytest.raises(RuntimeError, match="no turn to forget"):
+        loaded.forget_turn()  # a forget never reaches back to the turn before (here one that wrote a.py)
     loaded.close()
 
     await session.prompt("write c")  # the live session goes on without the turn

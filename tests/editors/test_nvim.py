@@ -71,6 +71,8 @@ SCRIPTS = {
     "fix": [[{"text": "Fixed it."}]],
     "unsandboxed": [[{"text": "", "tool_calls": [{"name": "run_terminal", "arguments": {"command": "echo made > made.txt"}}]},
                      {"text": "Stopped."}]],
+    "live_output": [[{"text": "", "tool_calls": [{"name": "run_terminal", "arguments": {
+        "command": "echo first step done; sleep 2; echo second step done"}}]}, {"text": "Ran it."}]],
 }
 UNSANDBOXED = ("unsandboxed",)
 """Scenarios on a machine whose bwrap and unshare fail (stubs first on PATH): the `none` level."""

@@ -745,6 +745,28 @@ function S.unsandboxed()
   check(vim.fn.filereadable(ctx.ws .. '/made.txt') == 0, 'the rejected command never ran')
 end
 
+function S.live_output()
+  -- A command that prints, sleeps, prints: its status line shows the first output while it
+  -- runs, and the final output lands once, not once per live update.
+  start()
+  answer_permissions('allow_once')
+  vim.cmd('ComposerChat run the steps')
+  wait(20000, function()
+    return chat_text():find('[running] — first step done', 1, true) ~= nil
+  end, 'the running command shows its output on its status line')
+  local turn = wait_turn(1)
+  check(turn.stopReason == 'end_turn', 'stopReason ' .. tostring(turn.stopReason))
+  local chat = chat_text()
+  result.chat = chat
+  check(
+    chat:find('[done]', 1, true) and not chat:find('[done] —', 1, true),
+    'the done line drops the live output'
+  )
+  local _, firsts = chat:gsub('\n    first step done\n', '') -- an output line, not the command's
+  check(firsts == 1, 'the output is shown once, not ' .. firsts .. ' times')
+  check(chat:find('second step done', 1, true), 'the final output is shown')
+end
+
 local start_ns = vim.uv.hrtime()
 local ok, err = xpcall(S[ctx.scenario], debug.traceback)
 result.ok, result.error = ok, not ok and tostring(err) or nil

@@ -1,6 +1,7 @@
 -- The chat buffer, `composer://chat`: a Markdown transcript of `session/update` notifications,
 -- appended as they arrive. Streamed text extends the last line, each tool call is one line whose
--- status changes in place, and edits show as ```diff blocks. Read-only for the user; the keymaps
+-- status (and a running command's latest output line) changes in place, and edits show as
+-- ```diff blocks. Read-only for the user; the keymaps
 -- that send prompts are set by lua/composer/init.lua.
 
 local Chat = {}
@@ -96,13 +97,23 @@ function Chat.tool(update)
   end
   tool.title = H.str(update.title) or tool.title
   tool.status = H.str(update.status) or tool.status
+  local content = type(update.content) == 'table' and update.content or {}
+  -- A running command's output (its tail, resent a few times a second) shows as its last line on
+  -- the status line, changed in place; the final update's content is appended once.
+  local running = tool.status == 'in_progress'
+  tool.last = running and (H.last_line(content) or tool.last) or nil
   local line = ('* %s [%s]'):format(tool.title, H.status[tool.status] or tool.status)
+  if tool.last then
+    line = line .. ' ' .. tool.last
+  end
   if tool.line then
     H.set(buf, tool.line, tool.line + 1, { line })
   else
     tool.line = H.append(buf, { line })
   end
-  local content = type(update.content) == 'table' and update.content or {}
+  if running then
+    return
+  end
   for _, item in ipairs(content) do
     local lines = H.content(item)
     local key = table.concat(lines, '\n')
@@ -165,6 +176,19 @@ function H.content(item)
     lines[#lines + 1] = ('    ... (%d more lines)'):format(#out - Chat.max_output_lines)
   end
   return lines
+end
+
+--- The last non-blank line of a text content item, shortened: a running command's latest output.
+---@param content table[]
+---@return string?
+function H.last_line(content)
+  local block = content[1] and content[1].type == 'content' and content[1].content or {}
+  local lines = vim.split(vim.trim(H.str(block.text) or ''), '\n', { plain = true })
+  local last = vim.trim(lines[#lines] or '')
+  if last == '' then
+    return nil
+  end
+  return '— ' .. (vim.fn.strchars(last) > 60 and vim.fn.strcharpart(last, 0, 59) .. '…' or last)
 end
 
 --- `value` if it is a string (JSON null arrives as vim.NIL).

@@ -1,0 +1,71 @@
+"""A running command's output reaches its card while it runs (agent/live_output.py): throttled,
+the tail only, and never after the call's final update.
+
+Run: .venv/bin/python -m pytest tests/agent/test_live_output.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from agent.live_output import LiveOutput
+from agent.loop import Agent
+from agent.policy import Reply
+from agent.tools.base import ToolContext, ToolRegistry
+from agent.tools.terminal import RunTerminal
+from agent.workspace import Workspace
+from model.toolcalls import ToolCall
+
+
+async def test_a_burst_is_sent_once_an_interval_and_its_last_text_is_not_lost():
+    sent: list[dict] = []
+    live = LiveOutput(sent.append, "c1", interval_s=0.2, shown_chars=10)
+    for i in range(50):
+        live(f"{i}\n")
+    assert len(sent) == 1, "the first text goes out at once, the rest waits for the interval"
+    await asyncio.sleep(0.3)
+    assert len(sent) == 2 and sent[-1]["content"][0]["content"]["text"] == "46\n47\n48\n49\n"[-10:]
+    assert sent[-1]["status"] == "in_progress" and sent[-1]["toolCallId"] == "c1"
+
+
+async def test_nothing_is_sent_after_close():
+    sent: list[dict] = []
+    live = LiveOutput(sent.append, "c1", interval_s=0.1)
+    live("a")
+    live("b")  # waits for the interval
+    live.close()
+    live("c")
+    await asyncio.sleep(0.2)
+    assert len(sent) == 1
+
+
+class Scripted:
+    model_id = "scripted"
+    context_window = 100_000
+
+    def __init__(self, replies):
+        self.replies = list(replies)
+
+    def count_tokens(self, messages, tools) -> int:
+        return 0
+
+    async def complete(self, messages, tools, *, max_tokens, temperature=0.0, on_text=None) -> Reply:
+        return self.replies.pop(0) if self.replies else Reply("done", [], "stop")
+
+
+async def test_the_card_of_a_running_command_shows_its_output_before_it_ends(tmp_path):
+    events: list[dict] = []
+
+    class Sink:
+        async def emit(self, update):
+            events.append(update)
+
+    command = "echo first line; sleep 1; echo second line"
+    policy = Scripted([Reply("", [ToolCall("run_terminal", {"command": command})], "tool_calls")])
+    agent = Agent(policy, ToolRegistry([RunTerminal()]), ToolContext(Workspace(tmp_path)), system="sys", events=Sink())
+    await agent.run_turn("go")
+    texts = [(e.get("status"), e["content"][0]["content"]["text"]) for e in events
+             if e["sessionUpdate"] == "tool_call_update" and e.get("content")]
+    running = [text for status, text in texts if status == "in_progress"]
+    assert running and running[0] == "first line\n", "shown while the command slept"
+    assert texts[-1][0] == "completed" and "second line" in texts[-1][1], "the final update comes last"
