@@ -65,6 +65,8 @@ class _Printer:
 
     def __init__(self, as_json: bool) -> None:
         self.as_json = as_json
+        self.printed: dict[str, int] = {}
+        """Tool call id -> characters of a running command's output printed so far."""
 
     async def emit(self, update: dict) -> None:
         if self.as_json:
@@ -75,10 +77,26 @@ class _Printer:
             print(update["content"].get("text", ""), end="", flush=True)
         elif kind == "tool_call":
             print(f"\n[tool] {update.get('title', '')}", file=sys.stderr, flush=True)
+        elif kind == "tool_call_update" and update.get("status") == "in_progress" and update.get("content"):
+            self._print_output(update)
         elif kind == "tool_call_update" and update.get("status") == "failed":
             text = next((c["content"].get("text", "") for c in update.get("content") or []
                          if c.get("type") == "content"), "")
             print(f"[tool failed] {update.get('toolCallId')}: {text[:500]}", file=sys.stderr, flush=True)
+
+    def _print_output(self, update: dict) -> None:
+        """What a running command printed since the last update (agent/live_output.py)."""
+        total = ((update.get("_meta") or {}).get("composer") or {}).get("outputChars")
+        tail = update["content"][0].get("content", {}).get("text", "")
+        if not isinstance(total, int):
+            return
+        new = total - self.printed.get(update["toolCallId"], 0)
+        self.printed[update["toolCallId"]] = total
+        if new <= 0:
+            return
+        if new > len(tail):  # more came between two updates than one shows
+            print("  [...]", file=sys.stderr)
+        print(tail[-new:], end="", file=sys.stderr, flush=True)
 
 
 async def _run(args: argparse.Namespace, status: IsolationStatus) -> int:

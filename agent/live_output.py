@@ -1,7 +1,9 @@
 """A running command's output, shown while it runs: the terminal tool streams what the command
 prints (ToolContext.on_output), and the card of its call in the editor shows the last lines as
 they come, a few times a second, instead of nothing until the command ends (a test suite, an
-install). The final update, with the whole result, replaces it.
+install). The final update, with the whole result, replaces it. Each update says how much the
+command has printed in all (`_meta.composer.outputChars`), so a client that prints a stream
+(composer-agent run) prints only what is new.
 
     live = LiveOutput(emit, call_id)              # emit: the loop's ordered session/update sender
     ctx = dataclasses.replace(ctx, on_output=live)
@@ -37,6 +39,9 @@ class LiveOutput:
         self.emit, self.call_id = emit, call_id
         self.interval_s, self.shown_chars = interval_s, shown_chars
         self.tail = ""
+        self.total = 0
+        """Characters printed so far: the update's `_meta.composer.outputChars`, so a client that
+        prints the output as a stream (composer-agent run) knows which end of `tail` is new."""
         self.sent = 0
         """Updates sent so far."""
         self._last = -float("inf")
@@ -47,6 +52,7 @@ class LiveOutput:
         if self._closed or not text:
             return
         self.tail = (self.tail + text)[-self.shown_chars:]
+        self.total += len(text)
         wait = self._last + self.interval_s - time.monotonic()
         if wait <= 0:
             self._send()
@@ -59,7 +65,8 @@ class LiveOutput:
             return
         self._last = time.monotonic()
         self.sent += 1
-        self.emit(ev.tool_call_update(self.call_id, "in_progress", content=[ev.text_content(self.tail)]))
+        self.emit(ev.tool_call_update(self.call_id, "in_progress", content=[ev.text_content(self.tail)],
+                                      meta=ev.vendor_meta(outputChars=self.total)))
 
     def close(self) -> None:
         """The call ended: nothing more is sent (its final update carries the whole result)."""

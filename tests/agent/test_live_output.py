@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+from agent import events as ev
 from agent.live_output import LiveOutput
 from agent.loop import Agent
 from agent.policy import Reply
@@ -69,3 +70,18 @@ async def test_the_card_of_a_running_command_shows_its_output_before_it_ends(tmp
     running = [text for status, text in texts if status == "in_progress"]
     assert running and running[0] == "first line\n", "shown while the command slept"
     assert texts[-1][0] == "completed" and "second line" in texts[-1][1], "the final update comes last"
+
+
+async def test_composer_agent_run_prints_a_running_commands_output_once(capsys):
+    from agent.cli import _Printer
+
+    printer, updates = _Printer(as_json=False), []
+    live = LiveOutput(updates.append, "c1", interval_s=0, shown_chars=8)
+    for text in ("one\n", "two\n", "three\n"):
+        live(text)
+    # 20 characters more came between two updates than the 8 the next one shows
+    updates.append(ev.tool_call_update("c1", "in_progress", content=[ev.text_content("xx\nlast\n")],
+                                       meta=ev.vendor_meta(outputChars=live.total + 20)))
+    for update in updates:
+        await printer.emit(update)
+    assert capsys.readouterr().err == "one\ntwo\nthree\n  [...]\nxx\nlast\n"
