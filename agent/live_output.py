@@ -10,7 +10,7 @@ command has printed in all (`_meta.composer.outputChars`), so a client that prin
     try:
         result = await tool.run(args, ctx)
     finally:
-        live.close()                              # nothing is sent after this
+        live.close()                              # sends what waits; nothing is sent after this
 
 Tests: .venv/bin/python -m pytest tests/agent/test_live_output.py
 """
@@ -69,8 +69,9 @@ class LiveOutput:
                                       meta=ev.vendor_meta(outputChars=self.total)))
 
     def close(self) -> None:
-        """The call ended: nothing more is sent (its final update carries the whole result)."""
-        self._closed = True
+        """The call ended: text still waiting for its interval goes out now (a command's last
+        lines, often its summary), then nothing more (the final update carries the result)."""
         if self._timer is not None:
             self._timer.cancel()
-            self._timer = None
+            self._send()
+        self._closed = True

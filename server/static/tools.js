@@ -85,24 +85,27 @@ function renderTool(s, tool) {
       el("span", {class: "location", text: displayPath(s, loc.path) + (loc.line ? `:${loc.line}` : "")}))));
   }
   const content = Array.isArray(tool.content) ? tool.content : [];
-  for (const item of content) parts.push(renderToolContent(s, item));
+  const live = tool.status === "in_progress";  // a running command's output: open, its newest lines in view
+  for (const item of content) parts.push(renderToolContent(s, item, live));
   if (!content.length && tool.status === "failed" && tool.rawOutput && tool.rawOutput.error) {
     parts.push(el("pre", {class: "tool-output-text error-text", text: String(tool.rawOutput.error)}));
   }
   if (tool.rawInput !== undefined && tool.rawInput !== null) {
-    parts.push(el("details", {class: "tool-input"}, el("summary", {text: "Input"}),
+    const wasOpen = !!tool.body.querySelector("details.tool-input[open]");  // the person opened it: keep it so
+    parts.push(el("details", {class: "tool-input", open: wasOpen}, el("summary", {text: "Input"}),
       el("pre", {text: JSON.stringify(tool.rawInput, null, 2)})));
   }
   tool.body.replaceChildren(...parts);
+  if (live) for (const pre of tool.body.querySelectorAll(".tool-output-text")) pre.scrollTop = pre.scrollHeight;
 }
 
-function renderToolContent(s, item) {
+function renderToolContent(s, item, live = false) {
   if (!item || typeof item !== "object") return null;
   if (item.type === "diff") return renderDiff(s, item);
   if (item.type === "terminal") return el("div", {class: "muted", text: `terminal ${item.terminalId}`});
   const text = item.type === "content" ? contentText(item.content) : JSON.stringify(item);
   const lines = text.split("\n").length;
-  return el("details", {class: "tool-output", open: lines <= OPEN_OUTPUT_LINES},
+  return el("details", {class: "tool-output", open: live || lines <= OPEN_OUTPUT_LINES},
     el("summary", {text: `Output (${plural(lines, "line")})`}),
     el("pre", {class: "tool-output-text", text}));
 }

@@ -29,15 +29,15 @@ async def test_a_burst_is_sent_once_an_interval_and_its_last_text_is_not_lost():
     assert sent[-1]["status"] == "in_progress" and sent[-1]["toolCallId"] == "c1"
 
 
-async def test_nothing_is_sent_after_close():
+async def test_close_sends_what_waits_and_nothing_after():
     sent: list[dict] = []
     live = LiveOutput(sent.append, "c1", interval_s=0.1)
     live("a")
-    live("b")  # waits for the interval
+    live("b")  # waits for the interval: the command's last line, say
     live.close()
     live("c")
     await asyncio.sleep(0.2)
-    assert len(sent) == 1
+    assert [u["content"][0]["content"]["text"] for u in sent] == ["a", "ab"]
 
 
 class Scripted:

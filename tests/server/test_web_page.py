@@ -315,6 +315,29 @@ def test_a_command_question_offers_no_edit(page, server: Server, sent: list[dict
 
 
 @needs_chromium
+def test_a_running_commands_output_shows_open_at_its_newest_line(page, server: Server) -> None:
+    from playwright.sync_api import expect
+
+    command = "for i in $(seq 1 40); do echo line $i; done; sleep 3; echo all done"
+    server.model.script = [[{"text": "", "tool_calls": [{"name": "run_terminal", "arguments": {"command": command}}]},
+                            {"text": "Ran it."}]]
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    page.fill("#prompt", "count")
+    page.press("#prompt", "Enter")
+    page.locator('.permission button[data-option-id="allow_once"]').click()  # the rules ask about `seq`
+    tool = page.locator(".tool-call")
+    expect(tool).to_have_attribute("data-status", "in_progress")
+    output = tool.locator("details.tool-output")
+    expect(output.locator("pre")).to_contain_text("line 40")
+    expect(output).to_have_attribute("open", "")  # 40 lines, open while it runs
+    assert output.locator("pre").evaluate("p => p.scrollTop > 0 && p.scrollTop + p.clientHeight >= p.scrollHeight - 2"), \
+        "the newest lines are in view"
+    expect(tool).to_have_attribute("data-status", "completed")
+    expect(tool.locator("details.tool-output pre")).to_contain_text("all done")
+    expect(tool.locator("details.tool-output")).not_to_have_attribute("open", "")  # folded once it ended
+
+
+@needs_chromium
 def test_undo_after_a_shell_turn_restores_the_tree_byte_for_byte(page, server: Server) -> None:
     from playwright.sync_api import expect
 

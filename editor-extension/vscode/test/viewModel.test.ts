@@ -80,6 +80,20 @@ describe('the chat view model', () => {
     expect(bash).toMatchObject({ statusLabel: 'failed', error: 'exit 1', kindLabel: 'run' });
   });
 
+  it('shows a running command\'s output open, however long, and folds a long one once it ends', () => {
+    const text = Array.from({ length: 40 }, (_, i) => `line ${i}`).join('\n');
+    const update = (status: string) => ({ type: 'update' as const, sessionId: 's', update: { sessionUpdate: 'tool_call_update' as const,
+      toolCallId: 'c', status: status as any, content: [{ type: 'content' as const, content: { type: 'text' as const, text } }] } });
+    let s = reduce(running(), { type: 'update', sessionId: 's', update: { sessionUpdate: 'tool_call', toolCallId: 'c', title: 'pytest', kind: 'execute', status: 'pending' } });
+    s = reduce(s, update('in_progress'));
+    const [, live] = new ViewSync('/ws').next(s).items;
+    if (live.type !== 'tool') throw new Error('expected a tool card');
+    expect(live.outputs[0]).toMatchObject({ type: 'text', lines: 40, open: true, live: true });
+    const [, done] = new ViewSync('/ws').next(reduce(s, update('completed'))).items;
+    if (done.type !== 'tool') throw new Error('expected a tool card');
+    expect(done.outputs[0]).toMatchObject({ open: false, live: false });
+  });
+
   it('offers Send when idle, Cancel while running, Undo after a turn with tool calls', () => {
     const s = running();
     expect(header(s)).toMatchObject({ running: true, canSend: false, canCancel: true, canUndo: false });

@@ -183,7 +183,8 @@ end
 ---@return string?
 function H.last_line(content)
   local block = content[1] and content[1].type == 'content' and content[1].content or {}
-  local lines = vim.split(vim.trim(H.str(block.text) or ''), '\n', { plain = true })
+  -- \r too: a progress bar redraws its line with it
+  local lines = vim.split(vim.trim(H.str(block.text) or ''), '[\r\n]+')
   local last = vim.trim(lines[#lines] or '')
   if last == '' then
     return nil

@@ -34,7 +34,7 @@ export interface ViewPermission {
 }
 
 export type ViewOutput =
-  | { type: 'text'; text: string; lines: number; open: boolean }
+  | { type: 'text'; text: string; lines: number; open: boolean; live: boolean }
   | { type: 'diff'; index: number; diff: DiffModel };
 
 export interface ViewReviewHunk {

@@ -39,12 +39,14 @@ function blockText(block: unknown): string {
   return `[${b.type ?? 'content'}]`;
 }
 
-function output(c: ToolCallContent, index: number, root: string | null): ViewOutput | null {
+/** One item of a tool call's content; `live`: a running command's output, shown open (its newest
+ * lines in view) since it changes a few times a second. */
+function output(c: ToolCallContent, index: number, root: string | null, live: boolean): ViewOutput | null {
   if (!c || typeof c !== 'object') return null;
   if (c.type === 'diff') return { type: 'diff', index, diff: diffModel(c, root) };
   const text = c.type === 'content' ? blockText(c.content) : c.type === 'terminal' ? `[terminal ${c.terminalId}]` : JSON.stringify(c);
   const lines = text.split('\n').length;
-  return { type: 'text', text, lines, open: lines <= OPEN_OUTPUT_LINES };
+  return { type: 'text', text, lines, open: live || lines <= OPEN_OUTPUT_LINES, live };
 }
 
 export function permissionView(p: PermissionState, root: string | null): ViewPermission {
@@ -134,7 +136,7 @@ export function toViewItem(item: ChatItem, root: string | null): ViewItem {
     status: item.status, statusLabel: STATUS_LABELS[item.status] ?? item.status,
     locations: item.locations.map((l) => ({ path: l.path, line: l.line,
       label: relativePath(l.path, root) + (l.line ? `:${l.line}` : '') })),
-    outputs: item.content.map((c, i) => output(c, i, root)).filter((o): o is ViewOutput => o !== null),
+    outputs: item.content.map((c, i) => output(c, i, root, item.status === 'in_progress')).filter((o): o is ViewOutput => o !== null),
     input: item.rawInput === undefined || item.rawInput === null ? null : JSON.stringify(item.rawInput, null, 2),
     error: toolError(item),
     permission: item.permission ? permissionView(item.permission, root) : null,

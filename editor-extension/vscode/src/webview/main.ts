@@ -134,7 +134,13 @@ export function mount(root: HTMLElement, post: (m: FromView) => void, draft = ''
     for (const item of m.items) {
       const old = nodes.get(item.id);
       const node = paintItem(item, post);
-      if (old) old.node.replaceWith(node);
+      if (old) {
+        // a card repainted by an update keeps the input the person opened
+        if (old.node.querySelector('details.tool-input[open]')) node.querySelector('details.tool-input')?.setAttribute('open', '');
+        old.node.replaceWith(node);
+      }
+      // a running command's output shows its newest lines
+      for (const pre of node.querySelectorAll<HTMLElement>('pre[data-live]')) pre.scrollTop = pre.scrollHeight;
       nodes.set(item.id, { rev: item.rev, node });
     }
     const wanted = m.order.map((id) => nodes.get(id)?.node).filter((n): n is HTMLElement => !!n);
@@ -179,7 +185,8 @@ function paintItem(item: ViewItem, post: (m: FromView) => void): HTMLElement {
 function paintOutput(itemId: string, out: ViewOutput, post: (m: FromView) => void): HTMLElement {
   if (out.type === 'diff') return paintDiff(out.diff, () => post({ type: 'openDiff', itemId, index: out.index, source: 'output' }), false);
   return el('details', { class: 'tool-output', open: out.open },
-    el('summary', { text: `Output (${out.lines} line${out.lines === 1 ? '' : 's'})` }), el('pre', { text: out.text }));
+    el('summary', { text: `Output (${out.lines} line${out.lines === 1 ? '' : 's'})` }),
+    el('pre', { text: out.text, 'data-live': out.live }));
 }
 
 export function paintDiff(d: DiffModel, open: () => void, expanded = true): HTMLElement {
