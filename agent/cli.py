@@ -67,6 +67,8 @@ class _Printer:
         self.as_json = as_json
         self.printed: dict[str, int] = {}
         """Tool call id -> characters of a running command's output printed so far."""
+        self.midline = False
+        """The last output printed did not end its line: the next note starts a new one."""
 
     async def emit(self, update: dict) -> None:
         if self.as_json:
@@ -76,13 +78,13 @@ class _Printer:
         if kind == "agent_message_chunk":
             print(update["content"].get("text", ""), end="", flush=True)
         elif kind == "tool_call":
-            print(f"\n[tool] {update.get('title', '')}", file=sys.stderr, flush=True)
+            print(f"{self._newline()}\n[tool] {update.get('title', '')}", file=sys.stderr, flush=True)
         elif kind == "tool_call_update" and update.get("status") == "in_progress" and update.get("content"):
             self._print_output(update)
         elif kind == "tool_call_update" and update.get("status") == "failed":
             text = next((c["content"].get("text", "") for c in update.get("content") or []
                          if c.get("type") == "content"), "")
-            print(f"[tool failed] {update.get('toolCallId')}: {text[:500]}", file=sys.stderr, flush=True)
+            print(f"{self._newline()}[tool failed] {update.get('toolCallId')}: {text[:500]}", file=sys.stderr, flush=True)
 
     def _print_output(self, update: dict) -> None:
         """What a running command printed since the last update (agent/live_output.py)."""
@@ -95,8 +97,14 @@ class _Printer:
         if new <= 0:
             return
         if new > len(tail):  # more came between two updates than one shows
-            print("  [...]", file=sys.stderr)
+            print(f"{self._newline()}  [...]", file=sys.stderr)
         print(tail[-new:], end="", file=sys.stderr, flush=True)
+        self.midline = not tail.endswith("\n")
+
+    def _newline(self) -> str:
+        """A line break when streamed output left the line open."""
+        was, self.midline = self.midline, False
+        return "\n" if was else ""
 
 
 async def _run(args: argparse.Namespace, status: IsolationStatus) -> int:

@@ -9,8 +9,10 @@ command has printed in all (`_meta.composer.outputChars`), so a client that prin
     ctx = dataclasses.replace(ctx, on_output=live)
     try:
         result = await tool.run(args, ctx)
-    finally:
-        live.close()                              # sends what waits; nothing is sent after this
+    except BaseException:
+        live.close(flush=False)                   # stopped or failed: nothing more is sent
+        raise
+    live.close()                                  # sends what waits; nothing is sent after this
 
 Tests: .venv/bin/python -m pytest tests/agent/test_live_output.py
 """
@@ -68,10 +70,12 @@ class LiveOutput:
         self.emit(ev.tool_call_update(self.call_id, "in_progress", content=[ev.text_content(self.tail)],
                                       meta=ev.vendor_meta(outputChars=self.total)))
 
-    def close(self) -> None:
+    def close(self, flush: bool = True) -> None:
         """The call ended: text still waiting for its interval goes out now (a command's last
-        lines, often its summary), then nothing more (the final update carries the result)."""
+        lines, often its summary; not for a call that was stopped, whose final update may be
+        out already), then nothing more (the final update carries the result)."""
         if self._timer is not None:
             self._timer.cancel()
-            self._send()
+            if flush:
+                self._send()
         self._closed = True

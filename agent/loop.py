@@ -508,16 +508,16 @@ class Agent:
                 started.add(call.id)
                 revision = self._revisions.pop(call.id, None)
                 live = LiveOutput(self._emit, call.id)  # a command's output, shown while it runs
-                if revision is not None:
-                    work = run_guarded(call.name, lambda: apply_revision(self.ctx, revision))
-                else:
-                    work = self.tools.call(call.name, call.arguments, dataclasses.replace(self.ctx, on_output=live))
+                work = (run_guarded(call.name, lambda: apply_revision(self.ctx, revision)) if revision is not None
+                        else self.tools.call(call.name, call.arguments, dataclasses.replace(self.ctx, on_output=live)))
                 # A file write under way lands and is reported before a stop takes effect; a
                 # command (which may write anywhere, for as long as it runs) is killed at once.
                 try:
                     result = await (finish_started(work, self.config.write_finish_s) if writes and paths is not None else work)
-                finally:
-                    live.close()
+                except BaseException:
+                    live.close(flush=False)  # stopped: its final update may be out already
+                    raise
+                live.close()
         self._emit(ev.tool_call_update(
             call.id, "completed" if result.ok else "failed", content=result_content(self.ctx.workspace, result),
             raw_output=result.data or None,

@@ -85,3 +85,13 @@ async def test_composer_agent_run_prints_a_running_commands_output_once(capsys):
     for update in updates:
         await printer.emit(update)
     assert capsys.readouterr().err == "one\ntwo\nthree\n  [...]\nxx\nlast\n"
+
+
+async def test_a_note_after_output_left_mid_line_starts_a_line_of_its_own(capsys):
+    from agent.cli import _Printer
+
+    printer = _Printer(as_json=False)
+    await printer.emit(ev.tool_call_update("c1", "in_progress", content=[ev.text_content("50%")],
+                                           meta=ev.vendor_meta(outputChars=3)))
+    await printer.emit(ev.tool_call_update("c1", "failed", content=[ev.text_content("killed")]))
+    assert capsys.readouterr().err == "50%\n[tool failed] c1: killed\n"

@@ -139,8 +139,6 @@ export function mount(root: HTMLElement, post: (m: FromView) => void, draft = ''
         if (old.node.querySelector('details.tool-input[open]')) node.querySelector('details.tool-input')?.setAttribute('open', '');
         old.node.replaceWith(node);
       }
-      // a running command's output shows its newest lines
-      for (const pre of node.querySelectorAll<HTMLElement>('pre[data-live]')) pre.scrollTop = pre.scrollHeight;
       nodes.set(item.id, { rev: item.rev, node });
     }
     const wanted = m.order.map((id) => nodes.get(id)?.node).filter((n): n is HTMLElement => !!n);
@@ -150,6 +148,8 @@ export function mount(root: HTMLElement, post: (m: FromView) => void, draft = ''
     else if (wanted.length !== transcript.children.length || wanted.some((n, i) => transcript.children[i] !== n)) {
       transcript.replaceChildren(...wanted);
     }
+    // a running command's output shows its newest lines (once in place: moving a node resets its scroll)
+    for (const pre of transcript.querySelectorAll<HTMLElement>('pre[data-live]')) pre.scrollTop = pre.scrollHeight;
     if (follow || m.reset) transcript.scrollTop = transcript.scrollHeight;
   }
 
