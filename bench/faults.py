@@ -101,6 +101,9 @@ def table(runs: list[tuple[str, faults.Report]]) -> str:
                          f"refused, each step's reply parsed whole); the turn's last request "
                          f"{r.facts['last_request_kb']:,.0f} KB, its log {r.facts['log_kb']:,.0f} KB, the "
                          f"server's resident memory +{r.facts['rss_growth_mb']} MB.")
+        if kind == "stop" and r.facts.get("first_output_s") is not None:
+            notes.append(f"The stop: the running command's first line reached its card "
+                         f"{_time(r.facts['first_output_s'])} after the command started (agent/live_output.py).")
         if kind == "kill" and "torn_lines" in r.facts:
             notes.append(f"kill -9: {r.facts['torn_lines']} torn last line(s) across the logs (read back by skipping them).")
         for key in ("error", "checkpoint_error", "log_error"):

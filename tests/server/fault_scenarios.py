@@ -124,6 +124,8 @@ class Peer:
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         self.ws, self.next_id, self.updates = ws, 0, []
+        self.arrived: list[float] = []
+        """time.monotonic() at which each of `updates` arrived."""
         self.waiting: dict[int, asyncio.Future] = {}
         self.reader = asyncio.ensure_future(self._read())
 
@@ -142,6 +144,7 @@ class Peer:
                 method = data.get("method")
                 if method == "session/update":
                     self.updates.append(data["params"]["update"])
+                    self.arrived.append(time.monotonic())
                 elif method is not None and "id" in data:
                     result = ALLOW if method == "session/request_permission" else None
                     await self.ws.send_json({"jsonrpc": "2.0", "id": data["id"], "result": result})

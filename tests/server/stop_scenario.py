@@ -12,7 +12,8 @@ The step: `commands` terminal commands that would sleep a minute (run one at a t
 are), a read, and a write queued behind the commands. Checked: the turn answers `cancelled`; the
 running command's process is gone; every tool call card the client was shown ends (completed or
 failed, none left running); the model is told of each call; the log holds a `cancelled` record for
-each call the stop cut short and reads whole; the session answers its next prompt.
+each call the stop cut short and reads whole; the session answers its next prompt. And, in
+passing, how soon the running command's first line reached its card (`first_output_s`).
 """
 
 from __future__ import annotations
@@ -51,13 +52,36 @@ def _final_statuses(updates: list[dict]) -> dict[str, str]:
     return shown
 
 
+def _card_text(updates: list[dict]) -> str:
+    """The texts tool call cards were shown in `updates`."""
+    return "".join(c.get("content", {}).get("text", "") for u in updates
+                   if u["sessionUpdate"] == "tool_call_update" for c in u.get("content") or [])
+
+
+def _first_output_s(peer: Peer) -> float | None:
+    """From the running command's start (its in_progress update) to its first output in the card
+    (agent/live_output.py), as the client saw them."""
+    first = next((u["toolCallId"] for u in peer.updates if u["sessionUpdate"] == "tool_call"
+                  and "started 0;" in str(u.get("rawInput"))), None)
+    started = shown = None
+    for update, at in zip(peer.updates, peer.arrived):
+        if update.get("toolCallId") != first or update.get("status") != "in_progress":
+            continue
+        if started is None:
+            started = at  # the call starts: no output yet
+        elif "started 0" in _card_text([update]):
+            shown = at
+            break
+    return None if started is None or shown is None else shown - started
+
+
 async def stop_mid_step(root: Path, commands: int = 4) -> Report:
     report = Report("the person stops a turn mid-step", f"{commands} commands queued beside a read and a write")
     workspace, logs = root / "ws", root / "logs"
     workspace.mkdir(parents=True)
     (workspace / "hello.py").write_text("print('hello')\n")
     marker = f"60.{uuid.uuid4().int % 10**6:06d}"  # `sleep 60.NNNNNN`: this scenario's processes only
-    step = [{"name": "run_terminal", "arguments": {"command": f"sleep {marker} && echo {i}"}} for i in range(commands)]
+    step = [{"name": "run_terminal", "arguments": {"command": f"echo started {i}; sleep {marker}"}} for i in range(commands)]
     step += [{"name": "read_file", "arguments": {"path": "hello.py"}},
              {"name": "write_file", "arguments": {"path": "notes.txt", "content": "note\n"}}]
     with ScriptedModel([[{"text": "", "tool_calls": step}, {"text": "never asked"}], [{"text": "Done."}]]) as model:
@@ -67,12 +91,15 @@ async def stop_mid_step(root: Path, commands: int = 4) -> Report:
                 peer = await Peer.connect(http, server.url, workspace)
                 session_id = (await peer.call("session/new", {"cwd": str(workspace)}))["sessionId"]
                 turn = asyncio.ensure_future(peer.prompt(session_id, "go"))
-                await _until(lambda: _processes_running(marker) > 0)
+                # the person sees the command's first line, then stops it while it sleeps
+                await _until(lambda: "started 0" in _card_text(peer.updates) and _processes_running(marker) > 0)
                 started = time.monotonic()
                 await peer.ws.send_json({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session_id}})
                 result = await turn
                 report.recover_s = time.monotonic() - started
                 report.check(result["stopReason"] == "cancelled", "the turn answered cancelled")
+                report.facts["first_output_s"] = _first_output_s(peer)
+                report.check(report.facts["first_output_s"] is not None, "the running command's output reached its card")
                 await _until(lambda: _processes_running(marker) == 0, timeout=10)
                 report.check(True, "the running command's processes are gone")
                 shown = _final_statuses(peer.updates)
