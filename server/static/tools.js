@@ -85,8 +85,12 @@ function renderTool(s, tool) {
       el("span", {class: "location", text: displayPath(s, loc.path) + (loc.line ? `:${loc.line}` : "")}))));
   }
   const content = Array.isArray(tool.content) ? tool.content : [];
-  const live = tool.status === "in_progress";  // a running command's output: open, its newest lines in view
-  for (const item of content) parts.push(renderToolContent(s, item, live));
+  // A running command's output: open, its newest lines in view, unless the person folded it or
+  // scrolled back (then it stays as they left it).
+  const live = tool.status === "in_progress";
+  const before = live ? liveState(tool.body) : null;
+  const open = live ? !(before && before.folded) : undefined;
+  for (const item of content) parts.push(renderToolContent(s, item, open));
   if (!content.length && tool.status === "failed" && tool.rawOutput && tool.rawOutput.error) {
     parts.push(el("pre", {class: "tool-output-text error-text", text: String(tool.rawOutput.error)}));
   }
@@ -96,16 +100,30 @@ function renderTool(s, tool) {
       el("pre", {text: JSON.stringify(tool.rawInput, null, 2)})));
   }
   tool.body.replaceChildren(...parts);
-  if (live) for (const pre of tool.body.querySelectorAll(".tool-output-text")) pre.scrollTop = pre.scrollHeight;
+  if (live) {
+    for (const pre of tool.body.querySelectorAll(".tool-output-text")) {
+      pre.scrollTop = before && before.scrolledBack ? before.scrollTop : pre.scrollHeight;
+    }
+  }
 }
 
-function renderToolContent(s, item, live = false) {
+/* How the person left a running command's output: folded, or scrolled back from its end. */
+function liveState(body) {
+  const details = body.querySelector("details.tool-output");
+  if (!details) return null;
+  const pre = details.querySelector("pre");
+  const scrolledBack = !!pre && pre.scrollTop + pre.clientHeight < pre.scrollHeight - 4;
+  return {folded: !details.open, scrolledBack, scrollTop: pre ? pre.scrollTop : 0};
+}
+
+/* One item of a call's content; `open` undefined: text output opens when it is short. */
+function renderToolContent(s, item, open) {
   if (!item || typeof item !== "object") return null;
   if (item.type === "diff") return renderDiff(s, item);
   if (item.type === "terminal") return el("div", {class: "muted", text: `terminal ${item.terminalId}`});
   const text = item.type === "content" ? contentText(item.content) : JSON.stringify(item);
   const lines = text.split("\n").length;
-  return el("details", {class: "tool-output", open: live || lines <= OPEN_OUTPUT_LINES},
+  return el("details", {class: "tool-output", open: open ?? lines <= OPEN_OUTPUT_LINES},
     el("summary", {text: `Output (${plural(lines, "line")})`}),
     el("pre", {class: "tool-output-text", text}));
 }

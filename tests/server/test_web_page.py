@@ -318,7 +318,7 @@ def test_a_command_question_offers_no_edit(page, server: Server, sent: list[dict
 def test_a_running_commands_output_shows_open_at_its_newest_line(page, server: Server) -> None:
     from playwright.sync_api import expect
 
-    command = "for i in $(seq 1 40); do echo line $i; done; sleep 3; echo all done"
+    command = "for i in $(seq 1 40); do echo line $i; done; sleep 2; echo more; sleep 2; echo all done"
     server.model.script = [[{"text": "", "tool_calls": [{"name": "run_terminal", "arguments": {"command": command}}]},
                             {"text": "Ran it."}]]
     expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
@@ -332,6 +332,9 @@ def test_a_running_commands_output_shows_open_at_its_newest_line(page, server: S
     expect(output).to_have_attribute("open", "")  # 40 lines, open while it runs
     assert output.locator("pre").evaluate("p => p.scrollTop > 0 && p.scrollTop + p.clientHeight >= p.scrollHeight - 2"), \
         "the newest lines are in view"
+    output.locator("summary").click()  # the person folds it: the next lines do not open it again
+    expect(output.locator("pre")).to_contain_text("more")
+    assert output.get_attribute("open") is None, "folded while it runs"  # now: the turn ends 2 s later
     expect(tool).to_have_attribute("data-status", "completed")
     expect(tool.locator("details.tool-output pre")).to_contain_text("all done")
     expect(tool.locator("details.tool-output")).not_to_have_attribute("open", "")  # folded once it ended

@@ -135,8 +135,7 @@ export function mount(root: HTMLElement, post: (m: FromView) => void, draft = ''
       const old = nodes.get(item.id);
       const node = paintItem(item, post);
       if (old) {
-        // a card repainted by an update keeps the input the person opened
-        if (old.node.querySelector('details.tool-input[open]')) node.querySelector('details.tool-input')?.setAttribute('open', '');
+        keepWhatThePersonSet(old.node, node);
         old.node.replaceWith(node);
       }
       nodes.set(item.id, { rev: item.rev, node });
@@ -148,8 +147,12 @@ export function mount(root: HTMLElement, post: (m: FromView) => void, draft = ''
     else if (wanted.length !== transcript.children.length || wanted.some((n, i) => transcript.children[i] !== n)) {
       transcript.replaceChildren(...wanted);
     }
-    // a running command's output shows its newest lines (once in place: moving a node resets its scroll)
-    for (const pre of transcript.querySelectorAll<HTMLElement>('pre[data-live]')) pre.scrollTop = pre.scrollHeight;
+    // a running command's output shows its newest lines, unless the person scrolled back (once in
+    // place: moving a node resets its scroll)
+    for (const pre of transcript.querySelectorAll<HTMLElement>('pre[data-live]')) {
+      pre.scrollTop = pre.dataset.keepScroll !== undefined ? Number(pre.dataset.keepScroll) : pre.scrollHeight;
+      delete pre.dataset.keepScroll;
+    }
     if (follow || m.reset) transcript.scrollTop = transcript.scrollHeight;
   }
 
@@ -180,6 +183,18 @@ function paintItem(item: ViewItem, post: (m: FromView) => void): HTMLElement {
   if (item.error) card.append(el('pre', { class: 'tool-error', text: item.error }));
   if (item.input) card.append(el('details', { class: 'tool-input' }, el('summary', { text: 'Input' }), el('pre', { text: item.input })));
   return card;
+}
+
+/** A card repainted by an update keeps what the person did to the old one: the Input they opened,
+ * a running command's output they folded or scrolled back in. */
+function keepWhatThePersonSet(old: HTMLElement, node: HTMLElement): void {
+  if (old.querySelector('details.tool-input[open]')) node.querySelector('details.tool-input')?.setAttribute('open', '');
+  const before = old.querySelector<HTMLDetailsElement>('details.tool-output');
+  const pre = before?.querySelector<HTMLElement>('pre[data-live]');
+  const live = node.querySelector<HTMLElement>('pre[data-live]');
+  if (!before || !pre || !live) return;
+  if (!before.open) live.closest('details')?.removeAttribute('open');
+  if (pre.scrollTop + pre.clientHeight < pre.scrollHeight - 4) live.dataset.keepScroll = String(pre.scrollTop);
 }
 
 function paintOutput(itemId: string, out: ViewOutput, post: (m: FromView) => void): HTMLElement {
