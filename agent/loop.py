@@ -48,7 +48,7 @@ from agent.redact import redact_obj
 from agent.repetition import RepetitionWatch, step_signature
 from agent.review import Reviewed, Revision, apply_revision, unpack
 from agent.tools.base import ToolContext, ToolRegistry, ToolResult, run_guarded, truncate
-from agent.tools.files import READS_KEY, files_read
+from agent.tools.files import CHANGED_KEY, READS_KEY, files_read
 from agent.tools.todo import STATE_KEY as TODOS_KEY
 from agent.trajectory import Prompt, TokenStream, common_prefix
 from agent.write_locks import WriteLocks, finish_started, wait_through_cancels, write_paths
@@ -104,7 +104,7 @@ class TurnResult:
     replies: list[Reply] = field(default_factory=list)
 
 
-TURN_STATE = (READS_KEY, TODOS_KEY)  # ToolContext.state that follows the conversation (quotes come from reads)
+TURN_STATE = (READS_KEY, TODOS_KEY, CHANGED_KEY)  # ToolContext.state that follows the conversation
 
 
 class _TurnStart(NamedTuple):

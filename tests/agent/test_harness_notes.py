@@ -113,6 +113,7 @@ async def test_a_rewind_that_forgets_the_turn_leaves_no_trace_in_the_conversatio
     assert not forgot.changes and (root / "mine.py").exists(), "forgetting a turn just undone rewinds nothing"
     assert session.agent.messages == after_first and not (root / "b.py").exists() and (root / "a.py").exists()
     assert session.agent.ctx.state["file_reads"] == reads_after_first, "b.py was never read, as far as it knows"
+    assert session.agent.ctx.state["changed_paths"] == ["a.py"], "nor written"
     assert session.agent.turn_checkpoint is None, "nothing left to rewind to by default"
     loaded, history = await Session.load(SessionConfig(workspace=root, log_dir=tmp_path / "logs", index="off",
                                                        repo_map_tokens=0, warm_checkpoints=False),
