@@ -112,7 +112,8 @@ function liveState(body) {
   const details = body.querySelector("details.tool-output");
   if (!details) return null;
   const pre = details.querySelector("pre");
-  const scrolledBack = !!pre && pre.scrollTop + pre.clientHeight < pre.scrollHeight - 4;
+  // a folded output (or card) has no height: it was not scrolled back, whatever its scrollTop
+  const scrolledBack = !!pre && pre.clientHeight > 0 && pre.scrollTop + pre.clientHeight < pre.scrollHeight - 4;
   return {folded: !details.open, scrolledBack, scrollTop: pre ? pre.scrollTop : 0};
 }
 
@@ -123,9 +124,12 @@ function renderToolContent(s, item, open) {
   if (item.type === "terminal") return el("div", {class: "muted", text: `terminal ${item.terminalId}`});
   const text = item.type === "content" ? contentText(item.content) : JSON.stringify(item);
   const lines = text.split("\n").length;
+  const pre = el("pre", {class: "tool-output-text", text});
+  // running output the person unfolds shows its newest lines (a folded one could not be scrolled);
+  // a click, not `toggle`, which also fires for the repaint's own `open`
+  const onclick = open === undefined ? null : () => setTimeout(() => { pre.scrollTop = pre.scrollHeight; });
   return el("details", {class: "tool-output", open: open ?? lines <= OPEN_OUTPUT_LINES},
-    el("summary", {text: `Output (${plural(lines, "line")})`}),
-    el("pre", {class: "tool-output-text", text}));
+    el("summary", {text: `Output (${plural(lines, "line")})`, onclick}), pre);
 }
 
 export function renderDiff(s, item) {

@@ -335,6 +335,9 @@ def test_a_running_commands_output_shows_open_at_its_newest_line(page, server: S
     output.locator("summary").click()  # the person folds it: the next lines do not open it again
     expect(output.locator("pre")).to_contain_text("more")
     assert output.get_attribute("open") is None, "folded while it runs"  # now: the turn ends 2 s later
+    output.locator("summary").click()  # unfolded again: at its newest lines, not its oldest
+    page.wait_for_timeout(100)
+    assert output.locator("pre").evaluate("p => p.scrollTop > 0 && p.scrollTop + p.clientHeight >= p.scrollHeight - 2")
     expect(tool).to_have_attribute("data-status", "completed")
     expect(tool.locator("details.tool-output pre")).to_contain_text("all done")
     expect(tool.locator("details.tool-output")).not_to_have_attribute("open", "")  # folded once it ended

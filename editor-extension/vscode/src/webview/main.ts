@@ -147,9 +147,9 @@ export function mount(root: HTMLElement, post: (m: FromView) => void, draft = ''
     else if (wanted.length !== transcript.children.length || wanted.some((n, i) => transcript.children[i] !== n)) {
       transcript.replaceChildren(...wanted);
     }
-    // a running command's output shows its newest lines, unless the person scrolled back (once in
-    // place: moving a node resets its scroll)
-    for (const pre of transcript.querySelectorAll<HTMLElement>('pre[data-live]')) {
+    // in the cards this message repainted, a running command's output shows its newest lines unless
+    // the person scrolled back (once in place: moving a node resets its scroll)
+    for (const pre of m.items.flatMap((i) => [...(nodes.get(i.id)?.node.querySelectorAll<HTMLElement>('pre[data-live]') ?? [])])) {
       pre.scrollTop = pre.dataset.keepScroll !== undefined ? Number(pre.dataset.keepScroll) : pre.scrollHeight;
       delete pre.dataset.keepScroll;
     }
@@ -194,14 +194,18 @@ function keepWhatThePersonSet(old: HTMLElement, node: HTMLElement): void {
   const live = node.querySelector<HTMLElement>('pre[data-live]');
   if (!before || !pre || !live) return;
   if (!before.open) live.closest('details')?.removeAttribute('open');
-  if (pre.scrollTop + pre.clientHeight < pre.scrollHeight - 4) live.dataset.keepScroll = String(pre.scrollTop);
+  // a folded output has no height: it was not scrolled back, whatever its scrollTop
+  if (pre.clientHeight > 0 && pre.scrollTop + pre.clientHeight < pre.scrollHeight - 4) live.dataset.keepScroll = String(pre.scrollTop);
 }
 
 function paintOutput(itemId: string, out: ViewOutput, post: (m: FromView) => void): HTMLElement {
   if (out.type === 'diff') return paintDiff(out.diff, () => post({ type: 'openDiff', itemId, index: out.index, source: 'output' }), false);
+  const pre = el('pre', { text: out.text, 'data-live': out.live });
+  // running output the person unfolds shows its newest lines (a folded one could not be scrolled);
+  // a click, not `toggle`, which also fires for the repaint's own `open`
+  const onclick = out.live ? () => setTimeout(() => { pre.scrollTop = pre.scrollHeight; }) : null;
   return el('details', { class: 'tool-output', open: out.open },
-    el('summary', { text: `Output (${out.lines} line${out.lines === 1 ? '' : 's'})` }),
-    el('pre', { text: out.text, 'data-live': out.live }));
+    el('summary', { text: `Output (${out.lines} line${out.lines === 1 ? '' : 's'})`, onclick }), pre);
 }
 
 export function paintDiff(d: DiffModel, open: () => void, expanded = true): HTMLElement {
