@@ -48,6 +48,7 @@ SCRIPTS = {
     "chat_without_file": [[{"text": "Started without a file."}]],
     "chat_while_starting": [[{"text": "Started with the file."}]],
     "ask": [[{"text": "It prints hello."}]],
+    "forget_answer": [[{"text": "It prints hello."}]],
     "edit": [[{"text": "Changing the greeting.", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
     "undo_turn": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
     "undo_saved": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Changed it."}]],

@@ -468,6 +468,14 @@ describe('reviewing a turn\'s changes hunk by hunk', () => {
     expect(notes.at(-1)).toMatchObject({ text: expect.stringContaining('Composer forgot it') });
   });
 
+  it('says a turn that changed no file was only forgotten', async () => {
+    const { client } = await changed({ 'composer/rewind': () => ({ checkpointId: null, forgotTurn: true,
+      changes: { added: [], modified: [], deleted: [] }, buffers: { reverted: [], refused: {} } }) });
+    await client.rewind(undefined, true);
+    const notes = client.state.sessions[client.state.currentId!].items.filter((i: any) => i.type === 'notice');
+    expect(notes.at(-1)).toMatchObject({ text: expect.stringMatching(/^The last turn changed no file; Composer forgot it/) });
+  });
+
   it('says which open editors a rewind did not put back, and why', async () => {
     const { client } = await changed({ 'composer/rewind': () => ({ checkpointId: CHECKPOINT,
       buffers: { reverted: ['a.py'], refused: { 'b.py': 'the editor refused the edit to b.py' } } }) });

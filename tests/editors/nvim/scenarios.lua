@@ -223,6 +223,30 @@ function S.ask()
   check(chat_text():find('It prints hello.', 1, true), 'the answer is in the chat')
 end
 
+function S.forget_answer()
+  -- A turn that only answered: :ComposerUndo! takes it out of the conversation, nothing to rewind.
+  start()
+  vim.cmd('ComposerChat what does this print?')
+  check(wait_turn(1).stopReason == 'end_turn', 'the turn ended')
+  local undone
+  vim.api.nvim_create_autocmd('User', {
+    pattern = 'ComposerUndone',
+    callback = function(args)
+      undone = args.data
+    end,
+  })
+  vim.cmd('ComposerUndo!')
+  wait(20000, function()
+    return undone ~= nil
+  end, ':ComposerUndo! to answer')
+  check(undone.forgotTurn == true, 'the server forgot the turn')
+  check(
+    chat_text():find('The last turn changed no file; Composer forgot it', 1, true),
+    'the chat says so'
+  )
+  check(not chat_text():find('Undid the last turn', 1, true), 'and claims no rewind')
+end
+
 function S.edit()
   local buf, win = start()
   vim.cmd('ComposerChat say goodbye')

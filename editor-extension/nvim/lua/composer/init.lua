@@ -201,6 +201,11 @@ function Composer.undo_turn(forget)
     if err then
       return H.notify('undo failed: ' .. err.message, vim.log.levels.ERROR)
     end
+    local event = { pattern = 'ComposerUndone', modeline = false, data = result }
+    if result.checkpointId == vim.NIL or result.checkpointId == nil then -- nothing to rewind
+      H.chat().note('The last turn changed no file; Composer forgot it')
+      return vim.api.nvim_exec_autocmds('User', event)
+    end
     local changes, buffers = result.changes or {}, result.buffers or {}
     local restored =
       vim.list_extend(vim.list_extend({}, changes.modified or {}), changes.added or {})
@@ -222,7 +227,6 @@ function Composer.undo_turn(forget)
       local message = 'the disk is restored, but these buffers were not put back: '
       H.notify(message .. table.concat(refused, '; '), vim.log.levels.WARN)
     end
-    local event = { pattern = 'ComposerUndone', modeline = false, data = result }
     vim.api.nvim_exec_autocmds('User', event)
   end)
 end

@@ -341,7 +341,10 @@ export class SessionClient {
     const result = await this.request<RewindResult>(METHODS.rewind, forget ? { sessionId: id, conversation: true } : { sessionId: id });
     this.dispatch({ type: 'reviewStale', sessionId: id });
     const forgot = forget ? ' Composer forgot it: the next prompt goes on from before it.' : '';
-    this.dispatch({ type: 'notice', sessionId: id, level: 'info', text: `Undid the last turn: the workspace is back where it was before it.${forgot}` });
+    const text = result.checkpointId === null // a turn that changed no file only leaves the conversation
+      ? 'The last turn changed no file; Composer forgot it: the next prompt goes on from before it.'
+      : `Undid the last turn: the workspace is back where it was before it.${forgot}`;
+    this.dispatch({ type: 'notice', sessionId: id, level: 'info', text });
     const refused = Object.entries(result.buffers?.refused ?? {});
     if (refused.length) {
       const why = refused.map(([path, reason]) => `${path} (${reason})`).join('; ');

@@ -137,7 +137,8 @@ export interface SessionInfo {
 }
 
 export interface RewindResult {
-  checkpointId: string;
+  /** null: the turn changed no file, and only left the conversation (asked with `conversation: true`). */
+  checkpointId: string | null;
   changes?: unknown;
   /** Open buffers put back as the checkpoint saw them (editor edits), and those the editor refused. */
   buffers?: { reverted: string[]; refused: Record<string, string> };
