@@ -20,7 +20,8 @@ from agent.tools.base import ToolResult
 from model.toolcalls import ToolCall
 
 SHOWN_CHARS = 4000
-"""The head of a result an editor is sent (the model and the log get theirs in full)."""
+"""What a card in the editor shows of a call's text: a result's head, a running command's tail
+(agent/live_output.py); the model and the log get theirs in full."""
 
 
 def tool_title(name: str, arguments: Any) -> str:

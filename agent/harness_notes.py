@@ -48,20 +48,27 @@ def calls_note(errors: list, dropped: int, max_calls: int) -> str:
     return "[harness] " + " ".join(notes) if notes else ""
 
 
-def _named(paths: list[str]) -> str:
+def named(paths: list[str]) -> str:
+    """The first MAX_PATHS of `paths`, and how many more."""
     shown = ", ".join(paths[:MAX_PATHS])
     return shown + (f", and {len(paths) - MAX_PATHS} more" if len(paths) > MAX_PATHS else "")
 
 
+def restored_paths(changes: Any, reverted_buffers: Iterable[str]) -> list[str]:
+    """The files a rewind put back, sorted: on disk (a RestoreResult's changes, folders left
+    out) and in the editor's open buffers."""
+    return sorted({p for p in (*changes.added, *changes.modified, *changes.deleted) if not p.endswith("/")}
+                  | set(reverted_buffers))
+
+
 def rewind_note(checkpoint_id: str, label: str, changes: Any, reverted_buffers: Iterable[str]) -> str:
     """After a rewind: the checkpoint, and the paths put back (on disk, and open buffers)."""
-    paths = sorted({p for p in (*changes.added, *changes.modified, *changes.deleted) if not p.endswith("/")}
-                   | set(reverted_buffers))
+    paths = restored_paths(changes, reverted_buffers)
     where = f"checkpoint {checkpoint_id}" + (f" ({label})" if label else "")
     if not paths:
         return f"[harness] The user restored the workspace to {where}; no file differed from it."
     return (f"[harness] The user restored the workspace to {where}: {len(paths)} file(s) are back as "
-            f"they were then ({_named(paths)}). What you changed in them after that is gone. {READ_AGAIN}")
+            f"they were then ({named(paths)}). What you changed in them after that is gone. {READ_AGAIN}")
 
 
 def undo_note(undone: Iterable[Any]) -> str:
@@ -71,7 +78,7 @@ def undo_note(undone: Iterable[Any]) -> str:
         return ""
     files = [f"{path} ({n} change{'s' if n > 1 else ''})" for path, n in sorted(per_file.items())]
     return (f"[harness] The user undid {sum(per_file.values())} of your last turn's changes, which are back "
-            f"to how they were before it: {_named(files)}. Your other changes stay. {READ_AGAIN}")
+            f"to how they were before it: {named(files)}. Your other changes stay. {READ_AGAIN}")
 
 
 def answer_unanswered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

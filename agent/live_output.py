@@ -25,9 +25,8 @@ from collections.abc import Callable
 from typing import Any
 
 from agent import events as ev
+from agent.call_labels import SHOWN_CHARS
 
-SHOWN_CHARS = 4000
-"""The tail of the output a card shows while the command runs."""
 INTERVAL_S = 0.25
 """At most one update in this long: a command printing fast does not flood the editor."""
 

@@ -499,9 +499,8 @@ class Agent:
         if not allowed:
             result = ToolResult(error=f"the user did not allow {call.name} with these arguments; do something else or ask them")
         else:
-            tool = self.tools.get(call.name)
-            writes = tool is not None and not tool.spec.read_only
-            paths = write_paths(tool, call.arguments) if writes else None  # None too: may write anywhere
+            writes = not self.tools.read_only(call.name)
+            paths = write_paths(self.tools.get(call.name), call.arguments) if writes else None  # None too: may write anywhere
             async with self._locks.hold(paths) if writes else contextlib.nullcontext():
                 self._emit(ev.tool_call_update(call.id, "in_progress"))
                 await self._refresh(call)

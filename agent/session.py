@@ -345,10 +345,7 @@ class Session:
         person does not want the model to build on); one that changed files is forgotten with
         `restore(turn_checkpoint, forget=True)`, which takes its changes back as well. Logged as
         a `forget` record and a `turn_forgotten` signal."""
-        if (self._turn is not None and not self._turn.done()) or self.changing:
-            raise RuntimeError("the session is busy; forget the turn when it is done")
-        if self.checkpoints is None:
-            raise RuntimeError("checkpoints are off in this session, so whether the turn changed files is unknown")
+        self._require_idle("forgetting a turn")  # without checkpoints, whether it wrote is unknown
         if self.agent.turn_checkpoint is not None:
             raise RuntimeError("the last turn changed files: rewind it with the conversation to forget it")
         self.agent.forget_last_turn()  # RuntimeError when there is no turn to forget

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent import events as ev
+from agent.buffer_rewind import BufferRewind
+from agent.checkpoint_records import Changes
 from agent.checkpoints import CheckpointError
 from agent.permissions import ANSWERS, review_policy
 from agent.replay import session_title
@@ -291,8 +293,8 @@ class SessionHub:
                 session.forget_turn()
             except RuntimeError as err:
                 raise RequestError(str(err)) from None
-            return {"checkpointId": None, "changes": {"added": [], "modified": [], "deleted": []},
-                    "buffers": {"reverted": [], "refused": {}}, "forgotTurn": True, "backupCheckpointId": None}
+            return {"checkpointId": None, "changes": Changes().to_dict(), "buffers": BufferRewind().to_dict(),
+                    "forgotTurn": True, "backupCheckpointId": None}
         if checkpoint is None:
             raise RequestError(f"session {session.id} has no checkpoint to go back to")
         try:

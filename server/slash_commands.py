@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agent.checkpoints import CheckpointError
+from agent.harness_notes import named, restored_paths
 from agent.session import Session
 
 COMMANDS: list[dict[str, Any]] = [
@@ -31,8 +32,6 @@ COMMANDS: list[dict[str, Any]] = [
                     "out of the conversation",
      "input": {"hint": "forget (optional): the model forgets the turn too"}},
 ]
-MAX_NAMED = 8
-"""Files a reply names; the rest are counted."""
 
 Command = Callable[[Session, str], Awaitable[str]]
 
@@ -74,10 +73,9 @@ async def _undo(session: Session, argument: str) -> str:
 
 
 def _undo_report(session: Session, result: Any, buffers: Any, forget: bool) -> list[str]:
-    changes, kept = result.changes, set(result.skipped) | set(buffers.refused)
-    files = sorted(({p for p in (*changes.added, *changes.modified, *changes.deleted) if not p.endswith("/")}
-                    | set(buffers.reverted)) - kept)
-    lines = [f"Undid the last turn: {len(files)} file(s) are back as they were before it{_named(files)}."
+    kept = set(result.skipped) | set(buffers.refused)
+    files = [p for p in restored_paths(result.changes, buffers.reverted) if p not in kept]
+    lines = [f"Undid the last turn: {len(files)} file(s) are back as they were before it: {named(files)}."
              if files else "Undid the last turn: no file differed from before it."]
     if result.skipped:
         lines.append(f"Left as they are, too big for a checkpoint: {', '.join(sorted(result.skipped))}.")
@@ -92,12 +90,6 @@ def _undo_report(session: Session, result: Any, buffers: Any, forget: bool) -> l
         lines.append(f"The files as they were before the undo are checkpoint {result.backup.id}: `{command}` "
                      "puts them back on the disk.")
     return lines
-
-
-def _named(paths: list[str]) -> str:
-    shown = ", ".join(paths[:MAX_NAMED])
-    more = f", and {len(paths) - MAX_NAMED} more" if len(paths) > MAX_NAMED else ""
-    return f": {shown}{more}" if paths else ""
 
 
 RUN: dict[str, Command] = {"undo": _undo}

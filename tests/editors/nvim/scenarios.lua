@@ -42,6 +42,23 @@ local function chat_text()
   return buf == -1 and '' or table.concat(lines(buf), '\n')
 end
 
+-- Runs :ComposerUndo[!] (`cmd`) and returns what its User ComposerUndone event carried.
+local function undo(cmd)
+  local undone
+  local id = vim.api.nvim_create_autocmd('User', {
+    pattern = 'ComposerUndone',
+    callback = function(args)
+      undone = args.data
+    end,
+  })
+  vim.cmd(cmd)
+  wait(20000, function()
+    return undone ~= nil
+  end, ':' .. cmd .. ' to answer')
+  vim.api.nvim_del_autocmd(id)
+  return undone
+end
+
 local function wait_turn(n)
   wait(20000, function()
     return #turns >= n
@@ -228,17 +245,7 @@ function S.forget_answer()
   start()
   vim.cmd('ComposerChat what does this print?')
   check(wait_turn(1).stopReason == 'end_turn', 'the turn ended')
-  local undone
-  vim.api.nvim_create_autocmd('User', {
-    pattern = 'ComposerUndone',
-    callback = function(args)
-      undone = args.data
-    end,
-  })
-  vim.cmd('ComposerUndo!')
-  wait(20000, function()
-    return undone ~= nil
-  end, ':ComposerUndo! to answer')
+  local undone = undo('ComposerUndo!')
   check(undone.forgotTurn == true, 'the server forgot the turn')
   check(
     chat_text():find('The last turn changed no file; Composer forgot it', 1, true),
@@ -275,17 +282,7 @@ function S.undo_turn()
     vim.deep_equal(lines(buf), { "print('goodbye')", '# mine, unsaved' }),
     'the edit reached the buffer'
   )
-  local undone
-  vim.api.nvim_create_autocmd('User', {
-    pattern = 'ComposerUndone',
-    callback = function(args)
-      undone = args.data
-    end,
-  })
-  vim.cmd('ComposerUndo')
-  wait(20000, function()
-    return undone ~= nil
-  end, ':ComposerUndo to answer')
+  local undone = undo('ComposerUndo')
   result.after_undo = lines(buf)
   check(vim.deep_equal(undone.buffers.reverted, { 'hello.py' }), 'the buffer was put back')
   check(
@@ -297,11 +294,7 @@ function S.undo_turn()
     chat_text():find('Undid the last turn: 0 paths restored on disk, 1 open buffers', 1, true),
     'the chat says it'
   )
-  undone = nil
-  vim.cmd('ComposerUndo!') -- again, and out of the conversation too
-  wait(20000, function()
-    return undone ~= nil
-  end, ':ComposerUndo! to answer')
+  undone = undo('ComposerUndo!') -- again, and out of the conversation too
   check(undone.forgotTurn == true, 'the server forgot the turn')
   check(chat_text():find('Composer forgot the turn', 1, true), 'the chat says so')
   check(vim.deep_equal(lines(buf), { "print('hello')", '# mine, unsaved' }), 'nothing more changed')
