@@ -156,9 +156,11 @@ class TrainConfig:
     warm_start_lr: float = 0.0
     """The warm start's learning rate (0: optim.lr). Supervised steps on gold demonstrations take
     a larger rate than RL's updates on the model's own samples."""
-    warm_start: Literal["none", "gold", "endpoint"] = "none"
+    warm_start: Literal["none", "gold", "endpoint", "logs"] = "none"
     """Demonstrations: "gold" synthesises read -> edit -> test -> answer trajectories from the
-    train tasks' gold patches; "endpoint" logs a stronger model served at `endpoint`."""
+    train tasks' gold patches; "endpoint" logs a stronger model served at `endpoint`; "logs" takes
+    only `rollout.replay_logs` (sessions already logged, a stronger model's text-only ones rendered
+    in the policy's tokens: training/conversations.py), which join the other two sources too."""
     warm_start_tasks: int = 64
     """How many train tasks the warm start acts out (the first in the run's task order; the rest
     stay for RL to meet first)."""

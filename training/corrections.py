@@ -32,7 +32,7 @@ REWARD = 1.0
 OFF_POLICY = "the person's correction of the model's edit"
 
 
-def _call(entry: dict[str, Any]) -> dict[str, Any]:
+def call_fields(entry: dict[str, Any]) -> dict[str, Any]:
     """{name, arguments} of a logged call in OpenAI form (arguments may be a JSON string)."""
     function = entry.get("function") or entry
     arguments = function.get("arguments")
@@ -58,11 +58,11 @@ def correction_lines(records: list[dict[str, Any]], segments: list[Segment], ses
             continue
         index, entry = found[made_by]
         reply = replies[made_by]
-        calls = [fixed.get(c.get("id")) or _call(c) for c in reply.get("tool_calls") or []]
+        calls = [fixed.get(c.get("id")) or call_fields(c) for c in reply.get("tool_calls") or []]
         yield {**session_line, "id": f"{session_line['session_id']}:{index}:correction:{made_by}",
                "start_reason": "correction", "token_ids": segments[index].token_ids[:entry["completion_start"]],
                "correction": {"text": reply.get("text") or "", "tool_calls": calls},
-               "reward": REWARD, "off_policy": OFF_POLICY}
+               "reward": REWARD, "reward_source": "correction", "off_policy": OFF_POLICY}
 
 
 def correction_sample(line: dict[str, Any], tokenizer: Any) -> Sample:

@@ -12,6 +12,9 @@ writes DATASET (a new directory, written beside it and renamed into place when c
                        --policy-model, text-only calls, or completions without comparable logprobs
   corrections.jsonl    the person's corrections of the model's edits (training/corrections.py):
                        a model call's context ids and the reply it should have written
+  conversations.jsonl  sessions whose every model call was text-only (a model behind a chat API,
+                       such as a stronger one through --endpoint): the conversation, which the
+                       trainer renders in the policy's tokens (training/conversations.py)
   manifest.json        the format, the filters, the counts, and every session, segment or call
                        left out with the reason
 
@@ -24,10 +27,17 @@ constraint), `routed_experts` (per position, the experts it was routed to when f
 for the whole segment when no call logged routing), `calls` (per call: call_id, prompt_start,
 completion_start, end, weight_version, sampler, finish_reason, forced count, masked reason),
 `weight_versions`, `outcomes` (the session's outcome records: signal, value, source, call_id,
-path, detail), `reward` (the last numeric `reward` outcome, else null) and `off_policy` (null or
-the reason). A correction line has the session's fields, `token_ids` (the context only),
-`correction` (the reply's `text` and `tool_calls`, the corrected one in place), reward 1 and
-`off_policy` set; `--rollout.replay-logs DATASET` (training/logged.py) trains on all three files.
+path, detail), `reward` and `reward_source` (below) and `off_policy` (null or the reason). A
+correction line has the session's fields, `token_ids` (the context only), `correction` (the
+reply's `text` and `tool_calls`, the corrected one in place), reward 1 and `off_policy` set;
+`--rollout.replay-logs DATASET` (training/logged.py) trains on all four files.
+
+A line's reward is what its session's outcome records state (docs/contracts.md): a graded task's
+combined reward, the one the RL trainer's rollouts get (training/rewards.py `score`: success,
+efficiency, parallel calls, malformed calls, unsupported claims; `reward_source` "task"), else the
+mean of the editor's signals (`editor_reward`: edits accepted or rejected, tests passing after
+the last edit, turns undone or forgotten, edits kept; "editor"); null when neither says (or the
+grader failed: "masked"), and the trainer then drops the line rather than score it zero.
 
 Left out by default: sessions of the benchmark's held-out tasks (a header `task_id` that is an
 `instance_id` in training/data/suites/*-heldout.jsonl; --include-heldout keeps them), version 1
@@ -52,12 +62,16 @@ from pathlib import Path
 from typing import Any
 
 from agent.session_log import SessionLogWarning, read_session
+from training.conversations import conversation_line
 from training.corrections import correction_lines
-from training.trajectories import Segment, session_segments
+from training.rewards import editor_reward, score
+from training.trajectories import NO_IDS, Segment, session_segments
 
 FORMAT = "composer-trajectories"
 FORMAT_VERSION = 1
 SUITES = Path(__file__).parent / "data" / "suites"
+REWARD_COUNTS = (("reward_task", "from a task's grade"), ("reward_editor", "from the editor's signals"),
+                 ("reward_masked", "masked (the grader failed)"), ("reward_none", "without one (the trainer drops them)"))
 
 
 @dataclass
@@ -134,10 +148,15 @@ def _off_policy(segment: Segment, model: str | None, f: Filters) -> str | None:
     return None
 
 
-def _reward(outcomes: list[dict[str, Any]]) -> float | None:
-    values = [o["value"] for o in outcomes if o.get("signal") == "reward"
-              and isinstance(o.get("value"), int | float) and not isinstance(o.get("value"), bool)]
-    return float(values[-1]) if values else None
+def session_reward(records: list[dict[str, Any]]) -> tuple[float | None, str | None]:
+    """The reward of a session's lines and where it comes from (module docstring)."""
+    task = score(records)
+    if task.status == "scored":
+        return task.reward, "task"
+    if task.masked:
+        return None, "masked"
+    editor = editor_reward(records)
+    return (None, None) if editor is None else (round(editor, 6), "editor")
 
 
 def session_lines(path: Path, records: list[dict[str, Any]], f: Filters,
@@ -155,13 +174,20 @@ def session_lines(path: Path, records: list[dict[str, Any]], f: Filters,
     if why is not None:
         dropped.append({**where, **why})
         return
-    segments, calls = session_segments(records)
-    dropped.extend({**where, **call} for call in calls)
-    if not segments and not calls:
-        dropped.append({**where, "reason": "no model calls"})
     model = header["model"].get("id") if isinstance(header.get("model"), dict) else None
+    reward, reward_source = session_reward(records)
     session = {"session_id": session_id, "log": str(path), "workspace": header.get("workspace"), "model": model,
-               "task_id": header.get("task_id"), "outcomes": outcomes}
+               "task_id": header.get("task_id"), "outcomes": outcomes, "reward": reward, "reward_source": reward_source}
+    segments, calls = session_segments(records)
+    if (talk := conversation_line(records, session)) is not None:
+        if f.weight_versions or f.min_weight_version is not None:
+            dropped.append({**where, "reason": "weight version not selected", "detail": "a text-only conversation"})
+        else:
+            yield talk
+            calls = [c for c in calls if c.get("reason") != NO_IDS]  # the conversation holds them
+    dropped.extend({**where, **call} for call in calls)
+    if not segments and not calls and talk is None:
+        dropped.append({**where, "reason": "no model calls"})
     # A correction's context is the logged ids and its reply the trainer's tokenizer's: only where
     # those are one model's tokens (not a server's text-only prompt, not another model).
     yield from correction_lines(records, segments, session, lambda seg: _version_drop(seg, f) is None
@@ -172,14 +198,11 @@ def session_lines(path: Path, records: list[dict[str, Any]], f: Filters,
             dropped.append({**where, "segment": index, **why})
             continue
         yield {
-            "id": f"{session_id}:{index}", "session_id": session_id, "log": str(path),
-            "workspace": header.get("workspace"), "model": model, "task_id": header.get("task_id"),
-            "start_reason": segment.start_reason, "token_ids": segment.token_ids,
-            "loss_mask": segment.loss_mask, "logprobs": segment.logprobs,
+            **session, "id": f"{session_id}:{index}", "start_reason": segment.start_reason,
+            "token_ids": segment.token_ids, "loss_mask": segment.loss_mask, "logprobs": segment.logprobs,
             "routed_experts": segment.routed_experts if any(r is not None for r in segment.routed_experts) else None,
-            "calls": segment.calls,
-            "weight_versions": sorted({c["weight_version"] for c in segment.calls}, key=str),
-            "outcomes": outcomes, "reward": _reward(outcomes), "off_policy": _off_policy(segment, model, f),
+            "calls": segment.calls, "weight_versions": sorted({c["weight_version"] for c in segment.calls}, key=str),
+            "off_policy": _off_policy(segment, model, f),
         }
 
 
@@ -199,7 +222,7 @@ def build(log_dir: Path, out: Path, f: Filters) -> dict[str, Any]:
     counts: Counter[str] = Counter()
     try:
         with open(tmp / "trajectories.jsonl", "w") as on, open(tmp / "off_policy.jsonl", "w") as off, \
-                open(tmp / "corrections.jsonl", "w") as fixes:
+                open(tmp / "corrections.jsonl", "w") as fixes, open(tmp / "conversations.jsonl", "w") as talks:
             for path in _logs(log_dir):
                 counts["logs"] += 1
                 with warnings.catch_warnings(record=True) as torn:
@@ -215,6 +238,11 @@ def build(log_dir: Path, out: Path, f: Filters) -> dict[str, Any]:
                         counts["corrections"] += 1
                         fixes.write(json.dumps(line, separators=(",", ":")) + "\n")
                         continue
+                    counts[f"reward_{line['reward_source'] or 'none'}"] += 1
+                    if "messages" in line:
+                        counts["conversations"] += 1
+                        talks.write(json.dumps(line, separators=(",", ":")) + "\n")
+                        continue
                     kind = "off_policy" if line["off_policy"] else "on_policy"
                     counts[f"{kind}_segments"] += 1
                     counts[f"{kind}_tokens"] += len(line["token_ids"])
@@ -223,7 +251,8 @@ def build(log_dir: Path, out: Path, f: Filters) -> dict[str, Any]:
         manifest = {
             "format": FORMAT, "version": FORMAT_VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "source": str(log_dir.resolve()), "files": {"on_policy": "trajectories.jsonl", "off_policy": "off_policy.jsonl",
-                                                          "corrections": "corrections.jsonl"},
+                                                          "corrections": "corrections.jsonl",
+                                                          "conversations": "conversations.jsonl"},
             "logprob_convention": "sampling: log_softmax(logits / T), T = 1 when greedy, before top-p and the tool-call constraint",
             "filters": {"workspace": f.workspace, "model": f.model, "weight_versions": sorted(map(str, f.weight_versions)),
                         "min_weight_version": f.min_weight_version,
@@ -246,7 +275,11 @@ def report(manifest: dict[str, Any]) -> str:
     counts = manifest["counts"]
     lines = [f"read {counts.get('logs', 0)} logs: {counts.get('on_policy_segments', 0)} on-policy segments "
              f"({counts.get('on_policy_trainable_tokens', 0)} trainable of {counts.get('on_policy_tokens', 0)} tokens), "
-             f"{counts.get('off_policy_segments', 0)} off-policy, {counts.get('corrections', 0)} corrections"]
+             f"{counts.get('off_policy_segments', 0)} off-policy, {counts.get('corrections', 0)} corrections, "
+             f"{counts.get('conversations', 0)} text-only conversations"]
+    rewarded = [f"{counts[key]} {what}" for key, what in REWARD_COUNTS if counts.get(key)]
+    if rewarded:
+        lines.append("  rewards: " + ", ".join(rewarded))
     lines += [f"  dropped {n}: {reason}" for reason, n in sorted(manifest["dropped_by_reason"].items())]
     return "\n".join(lines)
 

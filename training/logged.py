@@ -7,11 +7,13 @@ Samples mixed into the warm start's demonstrations and into every RL update
 Every logged sample trains by reward-filtered likelihood (training/loss.py choice 7, `off_policy`),
 never inside the importance ratio: a log's weight versions count another run's updates (or none:
 a served model), so its behaviour logprobs are not this run's. A line's reward is its session's
-numeric `reward` outcome (a task's grade); a line without one is masked (NaN) and the batch drops
-it rather than score it zero. The person's corrections of the model's edits (corrections.jsonl,
-training/corrections.py) have reward 1.
+(training/data.py: a graded task's combined reward, else the mean of the editor's signals); a
+line without one is masked (NaN) and the batch drops it rather than score it zero. The person's
+corrections of the model's edits (corrections.jsonl, training/corrections.py) have reward 1. A
+text-only session (a stronger model served through a chat API) is rendered in the policy's tokens
+(conversations.jsonl, training/conversations.py).
 
-Tests: .venv/bin/python -m pytest tests/training/test_corrections.py
+Tests: .venv/bin/python -m pytest tests/training/test_corrections.py tests/training/test_conversations.py
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from training.buffer import Sample
+from training.conversations import conversation_samples
 from training.corrections import correction_sample
 
-FILES = ("trajectories.jsonl", "off_policy.jsonl", "corrections.jsonl")
+FILES = ("trajectories.jsonl", "off_policy.jsonl", "corrections.jsonl", "conversations.jsonl")
 
 
 def line_sample(line: dict[str, Any]) -> Sample:
@@ -37,9 +40,10 @@ def line_sample(line: dict[str, Any]) -> Sample:
                   stats={"logged": 1})
 
 
-def logged_samples(datasets: Iterable[str | Path], tokenizer: Any) -> list[Sample]:
+def logged_samples(datasets: Iterable[str | Path], tokenizer: Any, *, max_tokens: int | None = None) -> list[Sample]:
     """Every line of the datasets, in order (dataset, file, line): a fixed order, so a resumed
-    run takes the same samples at the same update."""
+    run takes the same samples at the same update. A text-only conversation is rendered in
+    `tokenizer`'s format up to `max_tokens` (the policy's context; training/conversations.py)."""
     samples = []
     for dataset in datasets:
         root = Path(dataset)
@@ -51,7 +55,10 @@ def logged_samples(datasets: Iterable[str | Path], tokenizer: Any) -> list[Sampl
                 continue
             for text in path.read_text().splitlines():
                 line = json.loads(text)
-                samples.append(correction_sample(line, tokenizer) if "correction" in line else line_sample(line))
+                if "messages" in line:
+                    samples += conversation_samples(line, tokenizer, max_tokens=max_tokens)
+                else:
+                    samples.append(correction_sample(line, tokenizer) if "correction" in line else line_sample(line))
     return samples
 
 

@@ -116,7 +116,8 @@ def setup(config: RLConfig) -> Run:
         run.source = make_source(config, tokenizer, model.config, run_dir)
         asyncio.run(run.source.sync(weights, trainer.step))
         run.log = RunLog(run_dir, start_step=trainer.step)
-    run.logged = logged_samples(config.rollout.replay_logs, tokenizer)  # every rank: the warm start's batches
+    run.logged = logged_samples(config.rollout.replay_logs, tokenizer,  # every rank: the warm start's batches
+                                max_tokens=model.config.max_position_embeddings)
     return run
 
 
@@ -145,7 +146,12 @@ def warm_start(run: Run, progress) -> None:
     cfg = run.config
     if cfg.train.warm_start_steps <= run.trainer.step:
         return
-    demos = demonstrations(run) + run.logged
+    if cfg.train.warm_start == "logs" and not run.logged:
+        raise ValueError("--train.warm-start logs needs --rollout.replay-logs DATASET (`python -m training.data build`)")
+    demos = ([] if cfg.train.warm_start == "logs" else demonstrations(run)) + run.logged
+    if not any(s.reward >= cfg.loss.sft_min_reward for s in demos):
+        raise ValueError(f"no demonstration has a reward of at least --loss.sft-min-reward {cfg.loss.sft_min_reward}: "
+                         "the warm start would train on nothing (`python -m training.data build` reports the rewards)")
     size = cfg.train.warm_start_batch or cfg.rollout.tasks_per_step * cfg.rollout.group_size
     while run.trainer.step < cfg.train.warm_start_steps:
         start = (run.trainer.step * size) % len(demos)
@@ -166,7 +172,7 @@ def demonstrations(run: Run) -> list:
     once and kept in RUN/demos for resumes."""
     cfg = run.config
     if cfg.train.warm_start not in ("gold", "endpoint"):
-        raise ValueError(f"warm start {cfg.train.warm_start!r}: use gold or endpoint")
+        raise ValueError(f"warm start {cfg.train.warm_start!r}: use gold, endpoint or logs")
     if cfg.rollout.tasks == "toy":
         if cfg.train.warm_start != "gold":
             raise ValueError("the toy task has gold demonstrations only (--train.warm-start gold)")

@@ -98,6 +98,10 @@ def _extend(segment: Segment, record: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+NO_IDS = "no token ids"
+"""Why a call is left out of the segments when the log holds none of its ids (a chat API's)."""
+
+
 def session_segments(records: list[dict[str, Any]]) -> tuple[list[Segment], list[dict[str, str]]]:
     """The trajectory segments of one session's records, and the calls that could not be placed
     ({"call_id", "reason", "detail"})."""
@@ -110,7 +114,7 @@ def session_segments(records: list[dict[str, Any]]) -> tuple[list[Segment], list
             dropped.append({"call_id": call_id, "reason": "schema version 1", "detail": "whole prompts, ids not redacted"})
             continue
         if not (record.get("prompt_token_ids") or record.get("completion_token_ids")):
-            dropped.append({"call_id": call_id, "reason": "no token ids", "detail": ""})
+            dropped.append({"call_id": call_id, "reason": NO_IDS, "detail": ""})
             continue
         parent, prefix = record.get("parent"), record.get("prefix_len") or 0
         break_ = (record.get("prefix_break") or {}).get("reason")

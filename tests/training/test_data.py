@@ -15,10 +15,12 @@ import pytest
 
 from agent.loop import Agent, LoopConfig
 from agent.policy import EnginePolicy
-from agent.session_log import SessionLog
+from agent.session_log import SessionLog, read_session
 from agent.tools.base import ToolContext, ToolRegistry
 from agent.workspace import Workspace
-from training.data import Filters, build, heldout_tasks, main
+from training.data import Filters, build, heldout_tasks, main, session_reward
+from training.rewards import score
+from training.tasks import TaskGrade
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "agent"))
 from scripted_engine import Echo, ScriptedEngine, TextPolicy, echo_call  # tests/agent is no package
@@ -34,10 +36,15 @@ def session(root: Path, logs: Path, tok, *, task_id: str | None = None, outcomes
     agent = Agent(policy or EnginePolicy(engine), registry, ToolContext(Workspace(root)), system="sys", log=log,
                   config=LoopConfig())
     asyncio.run(agent.run_turn("go"))
-    for signal, value in outcomes:
-        log.write("outcome", signal=signal, value=value, source="test")
+    for fields in outcomes:
+        log.write("outcome", **fields)
     log.close()
     return log.path
+
+
+def graded(task_id: str, resolved: bool | None, infra: str | None = None) -> dict:
+    return TaskGrade(instance_id=task_id, resolved=resolved, fail_to_pass={"test_x": "passed" if resolved else "failed"},
+                     infra=infra, infra_stage="run" if infra else None).outcome()
 
 
 def lines(path: Path) -> list[dict]:
@@ -49,9 +56,13 @@ def logs(tmp_path, real_tokenizer) -> Path:
     root = tmp_path / "repo"
     root.mkdir()
     logs = tmp_path / "logs"
-    session(root, logs, real_tokenizer, task_id="t-train", outcomes=[("tests_passed", True), ("reward", 1.0)])
-    session(root, logs, real_tokenizer, task_id="t-heldout", outcomes=[("reward", 0.0)])
-    session(root, logs, real_tokenizer, weight_version=4)
+    # the outcome records their writers write: a grader's (training/run.py), an editor's (agent/outcomes.py)
+    session(root, logs, real_tokenizer, task_id="t-train", outcomes=[graded("t-train", True)])
+    session(root, logs, real_tokenizer, task_id="t-heldout", outcomes=[graded("t-heldout", False)])
+    session(root, logs, real_tokenizer, weight_version=4, outcomes=[
+        {"signal": "edit_accepted", "value": True, "reward": 1.0, "source": "editor"},
+        {"signal": "turn_undone", "value": True, "reward": -1.0, "source": "editor"},
+        {"signal": "edit_kept", "value": 1.0, "reward": 1.0, "source": "editor"}])
     session(root, logs, real_tokenizer, policy=TextPolicy())
     v1 = logs / "old" / "v1.jsonl"
     v1.parent.mkdir()
@@ -72,7 +83,11 @@ def test_build_writes_on_policy_segments_and_says_what_it_dropped(logs, tmp_path
     kept = lines(tmp_path / "ds" / "trajectories.jsonl")
     assert sorted(line["task_id"] or "" for line in kept) == ["", "t-train"]
     line = next(line for line in kept if line["task_id"] == "t-train")
-    assert line["reward"] == 1.0 and {o["signal"] for o in line["outcomes"]} == {"tests_passed", "reward"}
+    # the rollouts' combined reward (training/rewards.py): resolved, plus its efficiency terms
+    assert line["reward_source"] == "task" and line["reward"] == pytest.approx(score(read_session(Path(line["log"]))).reward)
+    assert 1.0 < line["reward"] < 1.3 and [o["signal"] for o in line["outcomes"]] == ["task_resolved"]
+    editor = next(line for line in kept if line["task_id"] is None)
+    assert editor["reward_source"] == "editor" and editor["reward"] == pytest.approx(1 / 3)  # (1 - 1 + 1) / 3
     assert len(line["token_ids"]) == len(line["loss_mask"]) == len(line["logprobs"]) == len(line["routed_experts"])
     first, second = line["calls"]
     assert first["prompt_start"] == 0 and second["prompt_start"] == first["end"] == second["prompt_start"]
@@ -81,16 +96,30 @@ def test_build_writes_on_policy_segments_and_says_what_it_dropped(logs, tmp_path
     assert sum(line["loss_mask"]) == (first["end"] - first["completion_start"]) + (second["end"] - second["completion_start"])
     assert lines(tmp_path / "ds" / "off_policy.jsonl") == []
     reasons = manifest["dropped_by_reason"]
-    assert reasons == {"held-out benchmark task": 1, "no token ids": 1, "schema version 1": 1}
+    assert reasons == {"held-out benchmark task": 1, "schema version 1": 1}  # the text-only session is kept ...
+    [talk] = lines(tmp_path / "ds" / "conversations.jsonl")  # ... as its conversation (training/conversations.py)
+    assert [m["role"] for m in talk["messages"]] == ["system", "user", "assistant"] and talk["reward"] is None
     assert manifest["counts"]["on_policy_segments"] == 2 and manifest["counts"]["logs"] == 5
 
 
+def test_a_session_without_a_verdict_or_with_a_failed_grader_has_no_reward(logs, tmp_path, real_tokenizer):
+    root = tmp_path / "repo"
+    failed = session(root, tmp_path / "more", real_tokenizer, task_id="t", outcomes=[graded("t", None, "sandbox died")])
+    assert session_reward(read_session(failed)) == (None, "masked")  # never a zero
+    wrong = session(root, tmp_path / "more", real_tokenizer, task_id="t", outcomes=[graded("t", False)])
+    assert session_reward(read_session(wrong)) == (0.0, "task")
+    silent = session(root, tmp_path / "more", real_tokenizer)
+    assert session_reward(read_session(silent)) == (None, None)
+
+
 def test_filters_and_off_policy_marking(logs, tmp_path):
-    build(logs, tmp_path / "a", Filters(outcomes=[("tests_passed", "true")]))
+    build(logs, tmp_path / "a", Filters(outcomes=[("task_resolved", "true")]))
     assert [line["task_id"] for line in lines(tmp_path / "a" / "trajectories.jsonl")] == ["t-train"]
     manifest = build(logs, tmp_path / "b", Filters(weight_versions={4}))
     assert [line["weight_versions"] for line in lines(tmp_path / "b" / "trajectories.jsonl")] == [[4]]
-    assert manifest["dropped_by_reason"]["weight version not selected"] == 2
+    # two sessions of versions 3, and the text-only one's conversation: versions select the policy's own
+    assert manifest["dropped_by_reason"]["weight version not selected"] == 3
+    assert lines(tmp_path / "b" / "conversations.jsonl") == []
     build(logs, tmp_path / "c", Filters(min_weight_version=4, policy_model="composer-next"))
     assert lines(tmp_path / "c" / "trajectories.jsonl") == []  # another model's: not mixed in ...
     [off] = lines(tmp_path / "c" / "off_policy.jsonl")  # ... but kept apart, saying why
@@ -107,6 +136,8 @@ def test_the_command_line_reports_and_refuses_to_overwrite(logs, tmp_path):
     with contextlib.redirect_stdout(out):
         assert main(["build", str(logs), "--out", str(tmp_path / "ds"), "--suites", str(tmp_path / "none")]) == 0
     assert "on-policy segments" in out.getvalue() and "dropped 1: schema version 1" in out.getvalue()
+    assert "rewards: 2 from a task's grade, 1 from the editor's signals, 1 without one" in out.getvalue()
+    assert "1 text-only conversations" in out.getvalue()
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         assert main(["build", str(logs), "--out", str(tmp_path / "ds")]) == 2

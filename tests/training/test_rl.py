@@ -139,26 +139,50 @@ EXPECTED_FLAGS = [
 ]
 
 
-def test_logged_sessions_join_every_rl_update_by_likelihood(tmp_path):
-    # --rollout.replay-logs: a dataset line (a logged session of the toy task, reward 1) trains
-    # in each RL update beside the rollouts, through the off-policy likelihood term only.
+def logged_dataset(root: Path, reward: float):
+    """A dataset of one line: a logged session of the toy task (`python -m training.data build`'s
+    format), and the demonstration it holds."""
     import json
 
     from training.toy import byte_tokenizer, demonstrations
 
     demo = demonstrations(byte_tokenizer())[0]
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "manifest.json").write_text("{}")
-    (data / "trajectories.jsonl").write_text(json.dumps({
+    root.mkdir()
+    (root / "manifest.json").write_text("{}")
+    (root / "trajectories.jsonl").write_text(json.dumps({
         "token_ids": demo.tokens, "loss_mask": [int(m) for m in demo.mask], "logprobs": [None] * len(demo.tokens),
-        "reward": 1.0}) + "\n")
+        "reward": reward}) + "\n")
+    return root, demo
+
+
+def run_debug(run_dir: Path, *flags: str, check: bool = True) -> subprocess.CompletedProcess:
+    # in a process of its own: more runs in this one leave it too large for the Ray tests after it
+    # to fork (ENOMEM)
+    command = [sys.executable, "-m", "training.rl", "--preset", "debug", "--checkpoint.dir", str(run_dir),
+               "--checkpoint.every", "100", *flags]
+    return subprocess.run(command, cwd=ROOT, env=_env(), check=check, capture_output=True, text=True, timeout=600)
+
+
+def test_logged_sessions_join_every_rl_update_by_likelihood(tmp_path):
+    # --rollout.replay-logs: a dataset line (a logged session of the toy task, reward 1) trains
+    # in each RL update beside the rollouts, through the off-policy likelihood term only.
+    data, demo = logged_dataset(tmp_path / "data", 1.0)
     sft = {}
     for arm, logs in (("without", []), ("with", ["--rollout.replay-logs", str(data)])):
-        # in processes of their own: two more runs in this one leave it too large for the Ray
-        # tests after it to fork (ENOMEM)
-        command = [sys.executable, "-m", "training.rl", "--preset", "debug", "--checkpoint.dir", str(tmp_path / arm),
-                   "--checkpoint.every", "100", "--train.steps", "2", "--train.warm-start-steps", "0", *logs]
-        subprocess.run(command, cwd=ROOT, env=_env(), check=True, capture_output=True, timeout=600)
+        run_debug(tmp_path / arm, "--train.steps", "2", "--train.warm-start-steps", "0", *logs)
         sft[arm] = [r["sft_tokens"] for r in read_metrics(tmp_path / arm / "metrics.jsonl")]
     assert sft["without"] == [0.0, 0.0] and all(t == sum(demo.mask) for t in sft["with"]), sft
+
+
+def test_a_warm_start_from_logged_sessions_alone(tmp_path):
+    # --train.warm-start logs: the logged sessions are the only demonstrations; a dataset whose
+    # rewards would all be filtered out is refused rather than trained on nothing.
+    data, demo = logged_dataset(tmp_path / "data", 1.0)
+    logs = ["--train.warm-start", "logs", "--train.warm-start-steps", "2", "--train.steps", "0"]
+    run_debug(tmp_path / "run", *logs, "--rollout.replay-logs", str(data))
+    assert [r["sft_tokens"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [sum(demo.mask)] * 2
+    missing = run_debug(tmp_path / "none", *logs, check=False)
+    assert missing.returncode != 0 and "needs --rollout.replay-logs DATASET" in missing.stderr
+    failed, _ = logged_dataset(tmp_path / "failed", 0.0)
+    refused = run_debug(tmp_path / "zero", *logs, "--rollout.replay-logs", str(failed), check=False)
+    assert refused.returncode != 0 and "no demonstration has a reward of at least" in refused.stderr
