@@ -91,6 +91,10 @@ def _tag(kind: str) -> str:
     return f"[REDACTED:{kind}]"
 
 
+TAG = re.compile(r"\[REDACTED:\w+\]")
+"""A tag `_tag` writes, where a secret stood."""
+
+
 class _Redaction:
     """A text being redacted pass by pass. Each tag remembers the span of the original text it
     replaced, so the secrets' places are known (for redacting token ids) as well as the result."""

@@ -21,12 +21,15 @@ ids of a whitespace run before a digit (`"x  1"`) and of a space before a non-AS
 
 Token-native conversations (`encode_continuation`): after a completion, the next prompt is the
 previous prompt's ids, the completion's ids as sampled, and the encoding of only what the chat
-template adds for the new messages: the rest of the assistant turn's closing (ChatML: the `\n`
-after `<|im_end|>` when the completion ended with that token, else `<|im_end|>\n` too), the new
-messages, and the generation prompt. The text is found by rendering a fixed probe conversation
-with and without the new messages; a template that rewrites earlier turns (the probe is then not
-a prefix) raises `TemplateRewritesHistory`. Special tokens split the text, so where the
-completion ends with the end-of-turn token, these ids equal the full template's encoding.
+template adds for the new messages: the rest of the assistant turn's closing after the special
+token the completion ended with (composer-mini's closing is `<|endoftext|><|im_end|>\n`: after a
+reply that ends with `<|endoftext|>`, as the harness's replies do, `<|im_end|>\n`; after one that
+ends with `<|im_end|>`, `\n`; after one cut off, all of it), the new messages, and the generation
+prompt. The text is found by rendering a fixed probe conversation with and without the new
+messages; a template that rewrites earlier turns (the probe is then not a prefix) raises
+`TemplateRewritesHistory`. Special tokens split the text, so where the completion ends as the
+template closes a reply (composer-mini: `<|endoftext|>`) or is cut off, these ids equal the full
+template's encoding: a conversation rendered from text is the stream the model was fed.
 """
 
 from __future__ import annotations
@@ -358,7 +361,7 @@ class Tokenizer:
     ) -> str:
         """The text the template adds after an assistant turn's content for `messages` (tool
         results, user messages), the generation prompt included. `closed_with`: the special
-        token the completion ended with (`<|im_end|>`), when the turn's closing starts with it."""
+        token the completion ended with; the closing goes on from where it holds that token."""
         key = json.dumps(_plain(list(tools)) if tools is not None else None)
         before, closing = self._probe(key)
         probe = [*_PROBE_TURNS, *messages]
@@ -366,8 +369,8 @@ class Tokenizer:
         if not after.startswith(before):
             raise TemplateRewritesHistory(
                 "the chat template renders earlier turns differently once new messages follow")
-        if closed_with and closing.startswith(closed_with):
-            closing = closing[len(closed_with):]
+        if closed_with and closed_with in closing:
+            closing = closing[closing.index(closed_with) + len(closed_with):]
         return closing + after[len(before):]
 
     def encode_continuation(
@@ -400,7 +403,8 @@ class Tokenizer:
         text = self.render_chat([{"role": "system", "content": system}, {"role": "user", "content": user}],
                                 add_generation_prompt=False)
         between = text[text.index(system) + len(system):text.index(user)]
-        closing = self._probe(json.dumps(None))[1]
+        alone = self.render_chat([{"role": "system", "content": system}], add_generation_prompt=False)
+        closing = alone[alone.index(system) + len(system):]  # the system turn's
         opening = between.removeprefix(closing).strip()
         if not opening:
             raise ValueError("the chat template puts nothing between a system and a user message")

@@ -12,23 +12,31 @@ harness's notes, without turns a rewind took back) and the tools the session off
 samples follow the harness's token stream (agent/trajectory.py `TokenStream`): the first prompt
 rendered whole, each later one the previous prompt and reply plus only the new messages, each
 reply written as the policy writes replies (training/demos.py `rendered_ids`). So a sample is, token
-for token, what a token-native session with the same replies logs (a test holds it to that).
+for token, what a token-native session with the same replies logs (tests hold it to that, and to
+the live teacher's samples, training/teacher.py), within the limits below.
 
 Only replies train: prompts, tool results and notes are context (loss mask 0), and so is a reply
-the harness had to correct (a malformed call, which the rendered reply would silently fix) or one
-cut off at its length limit. A conversation longer than the policy's context window ends before the
-first reply that would not fit. The samples are off-policy (no behaviour logprobs of the policy),
-trained by reward-filtered likelihood on the session's reward (training/data.py), like the
-endpoint warm start's (training/teacher.py) but from logs the person already has.
+the harness had to correct (a malformed call, which the rendered reply would silently fix; calls
+past a step's limit), one cut off at its length limit, and one in which a secret the model wrote
+is a redaction tag. The rendering is the harness's stream while the conversation fits the policy's
+context as it stands: the harness would shorten old tool output to go on, so a longer conversation
+ends here before the first reply that would not fit; and a session reloaded in an editor was
+continued under the system prompt built then, where this renders the one its log began with.
+
+The samples are off-policy (no behaviour logprobs of the policy), trained by reward-filtered
+likelihood on the session's reward (training/data.py), like the endpoint warm start's
+(training/teacher.py) but from logs the person already has.
 
 Tests: .venv/bin/python -m pytest tests/training/test_conversations.py
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
+from agent.redact import TAG
 from agent.replay import conversation, remembered
 from agent.trajectory import TokenStream
 from model.toolcalls import ToolCall
@@ -45,10 +53,18 @@ def conversation_line(records: list[dict[str, Any]], session: dict[str, Any]) ->
     calls = [r for r in remembered(records) if r.get("type") == "model_call"]
     if not calls or not all(c.get("text_only") for c in calls) or not isinstance(header.get("system_prompt"), str):
         return None
-    untrained = [i for i, c in enumerate(calls) if c.get("malformed_tool_calls") or c.get("finish_reason") == "length"]
+    untrained = [i for i, call in enumerate(calls) if not _as_written(call)]
     return {**session, "id": f"{session['session_id']}:conversation", "start_reason": "conversation",
             "messages": conversation(records, header["system_prompt"]), "tools": header.get("tools") or [],
             "untrained_replies": untrained, "off_policy": OFF_POLICY}
+
+
+def _as_written(call: dict[str, Any]) -> bool:
+    """Whether the logged reply is the model's as it wrote it and as the next prompt says: not
+    corrected by the harness (a malformed call, calls past the step's limit: `harness_message`),
+    not cut at its length limit, no secret it wrote replaced by a redaction tag."""
+    return not (call.get("malformed_tool_calls") or call.get("harness_message") or call.get("finish_reason") == "length"
+                or TAG.search(json.dumps([call.get("text"), call.get("tool_calls")])))
 
 
 def conversation_samples(line: dict[str, Any], tokenizer: Any, *, max_tokens: int | None = None) -> list[Sample]:

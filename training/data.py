@@ -37,7 +37,9 @@ combined reward, the one the RL trainer's rollouts get (training/rewards.py `sco
 efficiency, parallel calls, malformed calls, unsupported claims; `reward_source` "task"), else the
 mean of the editor's signals (`editor_reward`: edits accepted or rejected, tests passing after
 the last edit, turns undone or forgotten, edits kept; "editor"); null when neither says (or the
-grader failed: "masked"), and the trainer then drops the line rather than score it zero.
+grader failed: "masked"), and the trainer then drops the line rather than score it zero. Every
+line of a session shares its reward, a forgotten turn's signal included, so the likelihood term's
+filter (`--loss.sft-min-reward`, 1 by default) keeps only sessions the person had nothing against.
 
 Left out by default: sessions of the benchmark's held-out tasks (a header `task_id` that is an
 `instance_id` in training/data/suites/*-heldout.jsonl; --include-heldout keeps them), version 1
@@ -180,11 +182,13 @@ def session_lines(path: Path, records: list[dict[str, Any]], f: Filters,
                "task_id": header.get("task_id"), "outcomes": outcomes, "reward": reward, "reward_source": reward_source}
     segments, calls = session_segments(records)
     if (talk := conversation_line(records, session)) is not None:
+        # the conversation holds its calls; any ids a server sent with them carry no loss
+        segments, calls = [], [c for c in calls if c.get("reason") != NO_IDS]
         if f.weight_versions or f.min_weight_version is not None:
-            dropped.append({**where, "reason": "weight version not selected", "detail": "a text-only conversation"})
+            dropped.append({**where, "reason": "weight version not selected",
+                            "detail": "a text-only conversation: version filters select the policy's own samples"})
         else:
             yield talk
-            calls = [c for c in calls if c.get("reason") != NO_IDS]  # the conversation holds them
     dropped.extend({**where, **call} for call in calls)
     if not segments and not calls and talk is None:
         dropped.append({**where, "reason": "no model calls"})

@@ -149,7 +149,8 @@ def warm_start(run: Run, progress) -> None:
     if cfg.train.warm_start == "logs" and not run.logged:
         raise ValueError("--train.warm-start logs needs --rollout.replay-logs DATASET (`python -m training.data build`)")
     demos = ([] if cfg.train.warm_start == "logs" else demonstrations(run)) + run.logged
-    if not any(s.reward >= cfg.loss.sft_min_reward for s in demos):
+    demos = [s for s in demos if s.reward >= cfg.loss.sft_min_reward]  # the rest would not train (NaN: masked)
+    if not demos:
         raise ValueError(f"no demonstration has a reward of at least --loss.sft-min-reward {cfg.loss.sft_min_reward}: "
                          "the warm start would train on nothing (`python -m training.data build` reports the rewards)")
     size = cfg.train.warm_start_batch or cfg.rollout.tasks_per_step * cfg.rollout.group_size

@@ -202,7 +202,8 @@ def test_random_rollouts_log_the_engines_own_tokens(tmp_path_factory, real_token
 def test_prompts_extend_the_last_one_and_match_the_template_when_the_text_is_canonical(tmp_path, real_tokenizer) -> None:
     tok = real_tokenizer
     call = '<tool_call>\n{"name": "echo", "arguments": {"out": "a\\r\\nb"}}\n</tool_call>'
-    engine, _, path = run_session(tmp_path, tok, [[*tok.encode(call), tok.eos_token_id]], None)
+    # a reply that ends as composer-mini's do (<|endoftext|>, the harness's reply format)
+    engine, _, path = run_session(tmp_path, tok, [[*tok.encode(call), tok.stop_token_ids[0]]], None)
     (first, completion), (second, _) = engine.seen
     assert second[: len(first) + len(completion)] == first + completion
     messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"},

@@ -263,7 +263,7 @@ def test_chat_template_layout(tok):
     assert '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>' in system
     assert (
         '<|im_start|>assistant\n<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>\n'
-        '<tool_call>\n{"name": "read_file", "arguments": {"path": "b.py"}}\n</tool_call><|im_end|>\n'
+        '<tool_call>\n{"name": "read_file", "arguments": {"path": "b.py"}}\n</tool_call><|endoftext|><|im_end|>\n'
     ) in text
     assert (
         "<|im_start|>user\n<tool_response>\nprint(1)\n</tool_response>\n"
@@ -294,7 +294,7 @@ def test_tool_calls_render_as_toolcalls_module_writes_them(tok):
     toolcalls = pytest.importorskip("model.toolcalls")
     calls = CONVERSATIONS["tool_calls"][1]["tool_calls"]
     text = tok.render_chat([{"role": "assistant", "tool_calls": calls}], add_generation_prompt=False)
-    assert "<|im_start|>assistant\n" + toolcalls.render_tool_calls(calls) + "<|im_end|>\n" in text
+    assert "<|im_start|>assistant\n" + toolcalls.render_tool_calls(calls) + "<|endoftext|><|im_end|>\n" in text
 
 
 # ---- token-native continuations -----------------------------------------------------------------
@@ -308,16 +308,26 @@ CONTINUATIONS = [
 
 
 @pytest.mark.parametrize("new", CONTINUATIONS)
-@pytest.mark.parametrize("with_eos", [True, False])
-def test_continuations_extend_a_prompt_exactly_as_the_template_renders_it(tok, new, with_eos):
+@pytest.mark.parametrize("ending", ["<|endoftext|>", None])
+def test_continuations_extend_a_prompt_exactly_as_the_template_renders_it(tok, new, ending):
+    # The harness's replies end with <|endoftext|> (training/demos.py rendered_ids, what the
+    # trained model writes); a reply cut off at its limit ends with neither stop token. Either
+    # way, the conversation rendered from text (a chat API, a rebuild) is the stream token for token.
     tools = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
     start = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}]
     answer = 'Sure.\n<tool_call>\n{"name": "read_file", "arguments": {}}\n</tool_call>'
-    completion = tok.encode(answer) + ([tok.eos_token_id] if with_eos else [])
+    completion = tok.encode(answer) + ([tok.token_id(ending)] if ending else [])
     more = tok.encode_continuation(new, tools, last_token=completion[-1])
     full = tok.encode_chat([*start, {"role": "assistant", "content": answer}, *new], tools)
     assert tok.encode_chat(start, tools) + completion + more == full
-    assert tok.decode(more).startswith("\n" if with_eos else "<|im_end|>\n")
+    assert tok.decode(more).startswith("<|im_end|>\n" if ending else "<|endoftext|><|im_end|>\n")
+
+
+def test_a_reply_that_ends_the_chatml_way_is_closed_once(tok):
+    # A model that writes ChatML's <|im_end|> itself (SmolLM2 untrained) gets the rest of the
+    # closing, not a second end of turn.
+    more = tok.encode_continuation([{"role": "user", "content": "next"}], last_token=tok.token_id("<|im_end|>"))
+    assert tok.decode(more) == "\n<|im_start|>user\nnext<|im_end|>\n<|im_start|>assistant\n"
 
 
 def test_a_template_that_rewrites_history_is_refused(tok):

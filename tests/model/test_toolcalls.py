@@ -368,10 +368,10 @@ def test_render_matches_the_chat_template():
         },
     ]
     rendered = env.from_string(template_path.read_text()).render(messages=messages)
-    assistant = "<|im_start|>assistant\nLet me look.\n" + render_tool_calls(calls) + "<|im_end|>"
+    assistant = "<|im_start|>assistant\nLet me look.\n" + render_tool_calls(calls) + "<|endoftext|><|im_end|>"
     assert assistant in rendered
     reparsed = parse_tool_calls(
-        assistant.removeprefix("<|im_start|>assistant").removesuffix("<|im_end|>")
+        assistant.removeprefix("<|im_start|>assistant").removesuffix("<|endoftext|><|im_end|>")
     )
     assert reparsed.content == "Let me look." and call_tuples(reparsed) == [
         (c.name, c.arguments) for c in calls

@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "server"))
 from scripted_model import ScriptedModel  # tests/server is no package: on sys.path above
 
 SYSTEM = "You are a careful engineer."
+KEY = "sk-proj-" + "Ab3dEf9hIjK2mNoP5qRsT8uVwXyZ1234567890abcd"
 TURNS = [
     ("go", [("", [ToolCall("read_file", {"path": "a.py"})]),
             ("A is 1; I'll make it 2.", [ToolCall("edit_file", {"path": "a.py", "old_string": "A = 1",
@@ -45,16 +46,17 @@ TURNS = [
 ]
 
 
-def run_session(tmp_path: Path, name: str, policy, tokenizer, turns=TURNS) -> Path:
+def run_session(tmp_path: Path, name: str, policy, tokenizer, turns=TURNS, config=None) -> Path:
     """The turns' requests in a fresh workspace (the same path each time: what the tools say of it
     is the same), logged; the editor's verdict on the edit afterwards."""
     root = tmp_path / "ws"
     root.mkdir(exist_ok=True)
     (root / "a.py").write_text("A = 1\n")
+    (root / ".env").write_text(f'OPENAI_API_KEY="{KEY}"\n')
     tools = default_tools()
     log = SessionLog.open(root, model={"id": name}, sampler={}, tools=tools.openai_tools(), system_prompt=SYSTEM,
                           log_dir=tmp_path / "logs" / name, tokenizer=tokenizer if policy.token_native else None)
-    agent = Agent(policy, tools, ToolContext(Workspace(root)), system=SYSTEM, log=log, config=LoopConfig())
+    agent = Agent(policy, tools, ToolContext(Workspace(root)), system=SYSTEM, log=log, config=config or LoopConfig())
     for request, _ in turns:
         asyncio.run(agent.run_turn(request))
     log.write("outcome", signal="edit_accepted", value=True, reward=1.0, source="editor")
@@ -119,6 +121,22 @@ def test_a_corrected_reply_is_context_and_a_long_conversation_ends_where_it_fits
                                         max_tokens=len(whole.tokens) - 1)
     assert first_only.tokens == whole.tokens[: len(first_only.tokens)] and len(first_only.tokens) < len(whole.tokens)
     assert conversation_samples(line, real_tokenizer, max_tokens=len(first_only.tokens)) == []  # nothing trains
+
+
+def test_a_reply_the_log_does_not_hold_as_written_is_context(tmp_path, real_tokenizer):
+    # A secret the model wrote is a redaction tag in the log, and calls past the step's limit were
+    # dropped (the next prompt says so): neither reply is what the model wrote.
+    turns = [("check my key", [("", [ToolCall("read_file", {"path": ".env"})]),
+                               (f"Your key is {KEY}.", []),
+                               ]),
+             ("read both", [("", [ToolCall("read_file", {"path": "a.py"}), ToolCall("read_file", {"path": ".env"})]),
+                            ("Read.", [])])]
+    log = run_session(tmp_path, "text", text_policy(turns), real_tokenizer, turns, LoopConfig(max_calls_per_step=1))
+    line = conversation_line(read_session(log), session_of(log))
+    assert line["untrained_replies"] == [1, 2] and KEY not in json.dumps(line)
+    [sample] = conversation_samples(line, real_tokenizer)
+    shown = trained(real_tokenizer, sample)
+    assert "Your key is" not in shown and "a.py" not in shown and "Read." in shown
 
 
 def test_the_dataset_keeps_the_conversation_and_the_trainer_renders_it(tmp_path, real_tokenizer):
