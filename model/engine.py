@@ -221,8 +221,8 @@ class Engine:
         with self._lock:
             if self._token_table is None:
                 tok = self.tokenizer
-                # End-of-turn first: the constraint ends free text with the first of these.
-                stops = list(dict.fromkeys([tok.eos_token_id, *tok.stop_token_ids]))
+                # The reply's end first: the constraint ends free text with the first of these.
+                stops = list(dict.fromkeys([tok.reply_end_id, *tok.stop_token_ids]))
                 self._token_table = TokenTable(tok.token_strings(), stops, tok.special_token_ids)
         return ToolCallConstraint(self._token_table, tools=tools, mode=mode, quotes=quotes)
 

@@ -93,7 +93,9 @@ def install_trained(checkpoint: str | Path) -> Path:
             except OSError:  # another file system
                 shutil.copy2(path, target)
 
-    return build_atomically(trained_model_dir(), build, force=True)
+    target = build_atomically(trained_model_dir(), build, force=True)
+    refresh_chat_template(target)  # a run's export from before the template changed
+    return target
 
 
 def is_complete_checkpoint(path: str | Path) -> bool:
@@ -165,7 +167,7 @@ def ensure_default_model() -> Path:
 
 def ensure_trained_model(adapter: str | Path | None = None) -> Path:
     """composer-mini-trained's directory. A checkpoint you installed (`install_trained`) is kept
-    as it is; otherwise it is built from composer-mini and `adapter` (`merge_adapter`), once, and
+    (an earlier composer-mini chat template in it brought up to date); otherwise it is built from composer-mini and `adapter` (`merge_adapter`), once, and
     again when the adapter changes (a pull that brings a newer one: `BUILT_FROM` says which).
     `adapter` defaults to the committed one, `TRAINED_ADAPTER`."""
     from model.adapter import ADAPTER_FILE
@@ -179,8 +181,7 @@ def ensure_trained_model(adapter: str | Path | None = None) -> Path:
 
     target = trained_model_dir()
     if current(target):
-        if (target / BUILT_FROM).is_file():  # composer-mini's files: its template follows model/'s
-            refresh_chat_template(target)
+        refresh_chat_template(target)
         return target
     base = ensure_default_model()
 
@@ -220,14 +221,17 @@ def merge_adapter(base: str | Path, adapter: str | Path, directory: str | Path) 
 
 def refresh_chat_template(directory: Path) -> None:
     """Rewrites composer-mini's chat template (`chat_template.jinja` and tokenizer_config.json's
-    copy, each atomically, under the build lock) when the one in model/ differs: the template is
-    part of composer-mini as this code renders prompts, and vLLM reads it from the directory."""
+    copy, each atomically, under the build lock) when the directory holds an earlier one (a
+    build or a trained checkpoint from before the template changed; another model's template is
+    left alone): the template is part of composer-mini as this code renders prompts, and vLLM
+    reads it from the directory."""
     from model.tokenizer import CHAT_TEMPLATE_PATH
 
     current = CHAT_TEMPLATE_PATH.read_text()
     template_file = directory / "chat_template.jinja"
-    if template_file.is_file() and template_file.read_text() == current:
-        return
+    held = template_file.read_text() if template_file.is_file() else ""
+    if held == current or not held.startswith(current.partition(":")[0]):
+        return  # up to date, or not composer-mini's
     with file_lock(directory):
         config_file = directory / "tokenizer_config.json"
         config = json.loads(config_file.read_text()) if config_file.is_file() else {}

@@ -395,6 +395,17 @@ class Tokenizer:
         before = self.render_chat(_PROBE_TURNS, tools, add_generation_prompt=False)
         return before, before[before.rindex(_PROBE) + len(_PROBE):]
 
+    @functools.cached_property
+    def reply_end_id(self) -> int:
+        """The token a reply ends with: the first special token the chat template closes an
+        assistant turn with (composer-mini: `<|endoftext|>`), else the EOS. Demonstrations end
+        replies with it and the tool-call constraint ends free text with it, so a conversation
+        rendered from text is the stream the model wrote."""
+        closing = self._probe(json.dumps(None))[1]
+        found = [(closing.index(t.content), t.content) for t in self.backend.get_added_tokens_decoder().values()
+                 if t.special and t.content in closing]
+        return self.token_id(min(found)[1]) if found else self.eos_token_id
+
     def user_turn_opening(self) -> list[int]:
         """The ids that open a user message after a system message, the system turn's closing
         and the whitespace at the ends left out (ChatML: `<|im_start|>user`): in a rendered
@@ -403,8 +414,7 @@ class Tokenizer:
         text = self.render_chat([{"role": "system", "content": system}, {"role": "user", "content": user}],
                                 add_generation_prompt=False)
         between = text[text.index(system) + len(system):text.index(user)]
-        alone = self.render_chat([{"role": "system", "content": system}], add_generation_prompt=False)
-        closing = alone[alone.index(system) + len(system):]  # the system turn's
+        closing = text[text.index(user) + len(user):]  # a turn's closing (the user's: templates want one)
         opening = between.removeprefix(closing).strip()
         if not opening:
             raise ValueError("the chat template puts nothing between a system and a user message")

@@ -252,9 +252,9 @@ def fixed_function(task: Task, changed: FileDiff) -> str:
 
 def rendered_ids(tokenizer, content: str, calls: Sequence[ToolCall]) -> list[int]:
     """A reply's completion as the model writes it: the content, then each call as a
-    `<tool_call>` block, then the end-of-turn token."""
+    `<tool_call>` block, then the token the chat template ends a reply with."""
     text = "\n".join(part for part in (content, render_tool_calls(list(calls))) if part)
-    return [*tokenizer.encode(text), tokenizer.stop_token_ids[0]]
+    return [*tokenizer.encode(text), tokenizer.reply_end_id]
 
 
 class ScriptPolicy:

@@ -79,3 +79,22 @@ def test_composer_lsp_serves_composer_mini_trained(composer_home, tmp_path, monk
     argv = ["--ws", "127.0.0.1:0", "--workspace", str(workspace), "--allow-unsandboxed"]
     assert cli.main(argv) == 0 and seen.pop("model") == str(home.trained_model_dir())
     assert cli.main([*argv, "--model", "/ckpt"]) == 0 and seen.pop("model") == "/ckpt"
+
+
+def test_an_install_takes_the_current_composer_mini_template_and_keeps_another_models(composer_home, tmp_path):
+    from model.tokenizer import CHAT_TEMPLATE_PATH
+
+    current = CHAT_TEMPLATE_PATH.read_text()
+    earlier = current.replace("<|endoftext|><|im_end|>", "<|im_end|>")  # a run exported before it changed
+    final = trained_checkpoint(tmp_path / "final")
+    (final / "chat_template.jinja").write_text(earlier)
+    (final / "tokenizer_config.json").write_text(json.dumps({"chat_template": earlier, "eos_token": "<|im_end|>"}))
+    installed = home.install_trained(final)
+    assert (installed / "chat_template.jinja").read_text() == current  # what vLLM and the engine render
+    assert json.loads((installed / "tokenizer_config.json").read_text()) == {"chat_template": current,
+                                                                              "eos_token": "<|im_end|>"}
+    assert (final / "chat_template.jinja").read_text() == earlier  # the run's own files are not touched
+    other = trained_checkpoint(tmp_path / "qwen")
+    (other / "chat_template.jinja").write_text("{%- for m in messages %}{{ m.content }}{% endfor %}")
+    home.install_trained(other)
+    assert (installed / "chat_template.jinja").read_text().startswith("{%- for m")

@@ -338,3 +338,14 @@ def test_a_template_that_rewrites_history_is_refused(tok):
     forgetful = Tokenizer(tok.backend, chat_template=last_two)
     with pytest.raises(TemplateRewritesHistory):
         forgetful.encode_continuation([{"role": "user", "content": "more"}], last_token=tok.eos_token_id)
+
+
+def test_the_reply_end_and_the_user_turn_opening_come_from_the_template(tok):
+    assert tok.reply_end_id == tok.token_id("<|endoftext|>")  # composer-mini's replies end so
+    chatml = ("{%- if not messages | selectattr('role', 'equalto', 'user') | list %}"
+              "{{ raise_exception('No user query found in messages.') }}{% endif %}"  # as Qwen3's does
+              "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+              "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    plain = Tokenizer(tok.backend, chat_template=chatml)
+    assert plain.reply_end_id == tok.token_id("<|im_end|>")  # SmolLM2's own ChatML: the EOS
+    assert plain.decode(plain.user_turn_opening()) == "<|im_start|>user"

@@ -63,7 +63,7 @@ async def test_a_corrected_edit_becomes_a_demonstration_of_the_person_s_version(
     [fix] = [s for s in samples if s.stats.get("correction")]
     trained = [t for t, m in zip(fix.tokens, fix.mask) if m]
     assert fix.tokens[:len(context)] == context and not any(fix.mask[:len(context)])
-    assert trained[-1] == tokenizer.stop_token_ids[0]  # the reply ends as the model ends it
+    assert trained[-1] == tokenizer.reply_end_id  # the reply ends as the model ends it
     reply = parse_tool_calls(tokenizer.decode(trained[:-1]))
     assert reply.content.strip() == "Fixing area." and [(c.name, c.arguments) for c in reply.tool_calls] == [("edit_file", line["correction"]["tool_calls"][0]["arguments"])]
     assert fix.off_policy and fix.reward == 1.0 and all(math.isnan(lp) for lp in fix.behaviour_logprobs)
