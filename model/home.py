@@ -221,19 +221,20 @@ def merge_adapter(base: str | Path, adapter: str | Path, directory: str | Path) 
 
 def refresh_chat_template(directory: Path) -> None:
     """Rewrites composer-mini's chat template (`chat_template.jinja` and tokenizer_config.json's
-    copy, each atomically, under the build lock) when the directory holds an earlier one (a
-    build or a trained checkpoint from before the template changed; another model's template is
-    left alone): the template is part of composer-mini as this code renders prompts, and vLLM
-    reads it from the directory."""
-    from model.tokenizer import CHAT_TEMPLATE_PATH
+    copy, each atomically, under the build lock) when the directory holds an earlier version of it
+    (model/tokenizer.py EARLIER_TEMPLATES: a build or a trained checkpoint from before it changed;
+    any other template is left alone): the template is part of composer-mini as this code renders
+    prompts, and vLLM reads it from the directory."""
+    from model.tokenizer import CHAT_TEMPLATE_PATH, current_template
 
     current = CHAT_TEMPLATE_PATH.read_text()
-    template_file = directory / "chat_template.jinja"
-    held = template_file.read_text() if template_file.is_file() else ""
-    if held == current or not held.startswith(current.partition(":")[0]):
+    template_file, config_file = directory / "chat_template.jinja", directory / "tokenizer_config.json"
+    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    held = [template_file.read_text()] if template_file.is_file() else []
+    held += [config["chat_template"]] if isinstance(config.get("chat_template"), str) else []
+    if not held or all(t == current or current_template(t) != current for t in held):
         return  # up to date, or not composer-mini's
     with file_lock(directory):
-        config_file = directory / "tokenizer_config.json"
         config = json.loads(config_file.read_text()) if config_file.is_file() else {}
         config["chat_template"] = current
         for name, text in (("tokenizer_config.json", json.dumps(config, indent=2, ensure_ascii=True) + "\n"),

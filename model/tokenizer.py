@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import codecs
 import functools
+import hashlib
 import json
 import re
 import sys
@@ -52,8 +53,21 @@ from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
 CHAT_TEMPLATE_PATH = Path(__file__).with_name("chat_template.jinja")
+EARLIER_TEMPLATES = frozenset({
+    "99a96d13bb1a91fe9243385a99ac9cb60ae41b372d3b226defe21909ec49601d",  # f653fa8
+    "15bee292aa427c774afda144259acc72e64396dfd8cd9041deecc776c33dec8b",  # 49c8c6b: turns closed with <|im_end|>
+})
+"""sha256 of model/chat_template.jinja's earlier versions (`git log model/chat_template.jinja`):
+a checkpoint written with one renders with the current template (`current_template`)."""
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
 """Tokens that end a generation: the end of a ChatML turn, and the end of a document."""
+
+
+def current_template(template: str) -> str:
+    """`template`, or composer-mini's current one when `template` is an earlier version of it (a
+    checkpoint written before it changed renders as composer-mini renders now)."""
+    earlier = hashlib.sha256(template.encode()).hexdigest() in EARLIER_TEMPLATES
+    return CHAT_TEMPLATE_PATH.read_text() if earlier else template
 
 # llama.cpp token types (gguf.TokenType): CONTROL tokens are special, USER_DEFINED ones are added
 # tokens matched whole in text but not special.
@@ -154,7 +168,8 @@ class Tokenizer:
         self.backend = backend
         self.bos_token, self.eos_token = bos_token, eos_token
         self.pad_token, self.unk_token = pad_token, unk_token
-        self.chat_template = chat_template if chat_template is not None else CHAT_TEMPLATE_PATH.read_text()
+        self.chat_template = (current_template(chat_template) if chat_template is not None
+                              else CHAT_TEMPLATE_PATH.read_text())
         for name in ("bos_token", "eos_token", "pad_token", "unk_token"):
             token = getattr(self, name)
             if token is not None and backend.token_to_id(token) is None:
@@ -397,13 +412,16 @@ class Tokenizer:
 
     @functools.cached_property
     def reply_end_id(self) -> int:
-        """The token a reply ends with: the first special token the chat template closes an
+        """The token a reply ends with: the first stop token the chat template closes an
         assistant turn with (composer-mini: `<|endoftext|>`), else the EOS. Demonstrations end
         replies with it and the tool-call constraint ends free text with it, so a conversation
         rendered from text is the stream the model wrote."""
-        closing = self._probe(json.dumps(None))[1]
-        found = [(closing.index(t.content), t.content) for t in self.backend.get_added_tokens_decoder().values()
-                 if t.special and t.content in closing]
+        try:
+            closing = self._probe(json.dumps(None))[1]
+        except (jinja2.TemplateError, ValueError):  # a template that refuses the probe's system turn
+            return self.eos_token_id
+        stops = {self.decode([i]) for i in self.stop_token_ids}
+        found = [(closing.index(t), t) for t in stops if t in closing]
         return self.token_id(min(found)[1]) if found else self.eos_token_id
 
     def user_turn_opening(self) -> list[int]:
@@ -414,7 +432,11 @@ class Tokenizer:
         text = self.render_chat([{"role": "system", "content": system}, {"role": "user", "content": user}],
                                 add_generation_prompt=False)
         between = text[text.index(system) + len(system):text.index(user)]
-        closing = text[text.index(user) + len(user):]  # a turn's closing (the user's: templates want one)
+        try:
+            alone = self.render_chat([{"role": "system", "content": system}], add_generation_prompt=False)
+            closing = alone[alone.index(system) + len(system):]  # the system turn's
+        except jinja2.TemplateError:  # a template that wants a user message (Qwen3's): the user turn's
+            closing = text[text.index(user) + len(user):]
         opening = between.removeprefix(closing).strip()
         if not opening:
             raise ValueError("the chat template puts nothing between a system and a user message")

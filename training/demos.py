@@ -8,11 +8,11 @@ agent harness as read -> edit -> test -> answer, recorded in the harness's exact
                                     lambda d: gold_demonstrations(tasks, tokenizer, d))
 
 A scripted, token-native policy (`ScriptPolicy`) plays the model: its replies are what the model
-would write (content, then each call as a `<tool_call>` block, then the end-of-turn token),
-encoded by the model's tokenizer. The real harness runs them through training/run.py's
-`run_task` on the task's environment: it builds every prompt (system prompt, tools, tool
-results) exactly as for the model, executes the calls, grades the result with the hidden tests
-and logs it all, token for token. So a demonstration is a trajectory the policy could have
+would write (content, then each call as a `<tool_call>` block, then the token the chat template ends
+a reply with), encoded by the model's tokenizer. The real harness runs them through
+training/run.py's `run_task` on the task's environment: it builds every prompt (system prompt,
+tools, tool results) exactly as for the model, executes the calls, grades the result with the hidden
+tests and logs it all, token for token. So a demonstration is a trajectory the policy could have
 sampled, in its own format; the trainer reads it back from the log like any rollout.
 
 The script of a task (`gold_turns`) is one the policy could follow from what it sees: every

@@ -10,6 +10,9 @@ import pytest
 
 from model import home
 
+EARLIER = Path(__file__).parent / "data" / "chat_template-49c8c6b.jinja"
+"""model/chat_template.jinja before an assistant turn closed with <|endoftext|><|im_end|>."""
+
 
 def trained_checkpoint(directory: Path, weights: str = "w1") -> Path:
     """A run's `final/` as the trainer writes it: weights, tokenizer, and the LoRA adapter."""
@@ -85,7 +88,7 @@ def test_an_install_takes_the_current_composer_mini_template_and_keeps_another_m
     from model.tokenizer import CHAT_TEMPLATE_PATH
 
     current = CHAT_TEMPLATE_PATH.read_text()
-    earlier = current.replace("<|endoftext|><|im_end|>", "<|im_end|>")  # a run exported before it changed
+    earlier = EARLIER.read_text()  # a run exported before it changed
     final = trained_checkpoint(tmp_path / "final")
     (final / "chat_template.jinja").write_text(earlier)
     (final / "tokenizer_config.json").write_text(json.dumps({"chat_template": earlier, "eos_token": "<|im_end|>"}))
@@ -98,3 +101,7 @@ def test_an_install_takes_the_current_composer_mini_template_and_keeps_another_m
     (other / "chat_template.jinja").write_text("{%- for m in messages %}{{ m.content }}{% endfor %}")
     home.install_trained(other)
     assert (installed / "chat_template.jinja").read_text().startswith("{%- for m")
+    edited = trained_checkpoint(tmp_path / "edited")  # a composer-mini template changed on purpose
+    (edited / "chat_template.jinja").write_text(current.replace("SmolLM", "Composer"))
+    home.install_trained(edited)
+    assert "named Composer" in (installed / "chat_template.jinja").read_text()

@@ -349,3 +349,15 @@ def test_the_reply_end_and_the_user_turn_opening_come_from_the_template(tok):
     plain = Tokenizer(tok.backend, chat_template=chatml)
     assert plain.reply_end_id == tok.token_id("<|im_end|>")  # SmolLM2's own ChatML: the EOS
     assert plain.decode(plain.user_turn_opening()) == "<|im_start|>user"
+
+
+def test_a_checkpoint_with_an_earlier_composer_mini_template_renders_with_the_current_one(tok):
+    from pathlib import Path
+
+    from model.tokenizer import CHAT_TEMPLATE_PATH
+
+    earlier = (Path(__file__).parent / "data" / "chat_template-49c8c6b.jinja").read_text()
+    old = Tokenizer(tok.backend, chat_template=earlier)  # a run's export from before the change
+    assert old.chat_template == CHAT_TEMPLATE_PATH.read_text() and old.reply_end_id == tok.token_id("<|endoftext|>")
+    mixtral = "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    assert Tokenizer(tok.backend, chat_template=mixtral).reply_end_id == tok.eos_token_id  # no probe: the EOS
