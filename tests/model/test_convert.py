@@ -375,9 +375,9 @@ def test_a_build_made_before_a_template_change_gets_the_current_template(monkeyp
     monkeypatch.setenv("COMPOSER_HOME", str(tmp_path))
     monkeypatch.setattr(convert, "write_upcycled", fake_build)
     target = home.ensure_default_model()
-    (target / "chat_template.jinja").write_text("{{ 'an older template' }}")
-    (target / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ 'an older template' }}",
-                                                              "eos_token": "<|im_end|>"}))
+    earlier = (Path(__file__).parent / "data" / "chat_template-49c8c6b.jinja").read_text()  # a real one
+    (target / "chat_template.jinja").write_text(earlier)
+    (target / "tokenizer_config.json").write_text(json.dumps({"chat_template": earlier, "eos_token": "<|im_end|>"}))
     weights = (target / "model.safetensors").stat().st_mtime_ns
     monkeypatch.setattr(convert, "write_upcycled", lambda d: pytest.fail("rebuilt for a template"))
     assert home.ensure_default_model() == target
