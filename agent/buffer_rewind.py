@@ -65,10 +65,10 @@ async def _rewind_one(store: Any, checkpoint_id: str, workspace: Any, path: str,
     sides = checkpoint_sides(store, checkpoint_id, workspace, path, recorded)
     if sides is None or sides.now is None or sides.before == sides.now:
         return None  # binary, closed, or already as it was (undone there, reloaded)
-    left = workspace.last_edit(path)
-    if left is None:
+    held = workspace.holds_last_edit(path, text)
+    if held is None:
         return None  # no edit of the agent's: the person's own unsaved text
-    if left != text or sides.now != text:
+    if not held or sides.now != text:
         return TYPED_AFTER
     if sides.before is None:
         return "the turn created this file: close its buffer without saving to drop it"

@@ -74,7 +74,7 @@ from typing import NamedTuple
 from agent.checkpoint_records import Changes, Checkpoint, PruneResult, RestoreResult, StoredFile
 from agent.object_store import CheckpointCorrupt, CheckpointError, ObjectStore
 from agent.store_lock import StoreLock, process_lock
-from agent.textfile import atomic_write
+from agent.textfile import atomic_write, make_state_dir
 
 ALWAYS_EXCLUDED = frozenset({".git", ".composer"})
 """Names never recorded or touched, at any depth (file or directory)."""
@@ -143,10 +143,8 @@ class CheckpointStore:
         if not self.root.is_dir():
             raise ValueError(f"workspace root {self.root} is not a directory")
         if store_dir is None:
+            make_state_dir(self.root)
             store_dir = default_store_dir(self.root)
-            store_dir.parent.mkdir(exist_ok=True)
-            if not (store_dir.parent / ".gitignore").exists():
-                (store_dir.parent / ".gitignore").write_text("*\n")
         self.store_dir = Path(store_dir).resolve()
         self.config = config or CheckpointConfig()
         self._objects = ObjectStore(self.store_dir / "objects", self.config.compress_level)

@@ -103,6 +103,16 @@ def restore_newlines(view: str, newline: str | None) -> str:
     return _ANY_NEWLINE.sub("\r\n", view) if newline == "\r\n" else view
 
 
+def make_state_dir(root: Path) -> Path:
+    """The workspace's `.composer/` (checkpoints, the codebase index, editor edits), created with
+    a `.gitignore` of `*` so that git never lists what Composer keeps there."""
+    state = Path(root) / ".composer"
+    state.mkdir(exist_ok=True)
+    if not (state / ".gitignore").exists():
+        (state / ".gitignore").write_text("*\n")
+    return state
+
+
 def atomic_write(target: Path, data: bytes, *, mode: int | None = None, durable: bool = True) -> None:
     """Replaces `target` with `data` all at once: temp file beside it, fsync, os.replace. Keeps
     the old file's mode unless given one; creates missing parent directories. Leaves no temp file

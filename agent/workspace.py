@@ -36,6 +36,7 @@ from typing import Protocol
 
 import pathspec
 
+from agent.editor_edits import EditorEdits
 from agent.exceptions import (
     BinaryFileError,
     EditorRefusedError,
@@ -122,8 +123,8 @@ class Workspace:
         self.max_file_bytes = max_file_bytes
         self.edit_sink = edit_sink
         self._buffers: dict[str, _Buffer] = {}
-        self._left: dict[str, str] = {}
-        """Path -> the text this workspace's last editor edit left in its buffer."""
+        self._edits = EditorEdits(self.root)
+        """Which buffers still hold the text this workspace's last editor edit left there."""
         self._formats: dict[str, TextFormat] = {}
         self._ignore = IgnoreFiles(self.root)
 
@@ -202,12 +203,13 @@ class Workspace:
     def clear_buffer(self, path: str) -> None:
         """The editor closed `path` (didClose): reads go back to the disk."""
         self._buffers.pop(self._rel(path), None)
-        self._left.pop(self._rel(path), None)
+        self._edits.forget(self._rel(path))
 
-    def last_edit(self, path: str) -> str | None:
-        """The text this workspace's last editor edit of `path` left in its open buffer (None:
-        none since it was opened): a buffer that still holds it has had no typing since."""
-        return self._left.get(self._rel(path))
+    def holds_last_edit(self, path: str, text: str) -> bool | None:
+        """Whether `text` (a buffer of `path` as the editor holds it) is what the agent's last
+        editor edit of it left, so there has been no typing since: None when no such edit is known
+        since the buffer was opened. It outlives a server restart (agent/editor_edits.py)."""
+        return self._edits.holds_last_edit(self._rel(path), text)
 
     def buffer(self, path: str) -> tuple[str, int | None] | None:
         """(text as the editor holds it, version) of an open buffer, else None."""
@@ -423,7 +425,7 @@ class Workspace:
             # report that came while the edit was answered (with any typing) is the buffer now.
             if self._buffers.get(rel) is buf:
                 self._buffers[rel] = _Buffer(raw, None)
-            self._left[rel] = raw
+            self._edits.record(rel, raw)
             return "editor"
         await asyncio.to_thread(self.write_text, rel, new_text)
         if buf is not None:
@@ -442,16 +444,16 @@ class Workspace:
             if not await sink_delete(rel, buf.version):
                 raise EditorRefusedError(f"the editor refused to delete {rel}; ask the user")
             self._buffers.pop(rel, None)
-            self._left.pop(rel, None)
+            self._edits.forget(rel)
             self._formats.pop(rel, None)
             return "editor"
         if buf is not None and not os.path.lexists(self.root / rel):
             self._buffers.pop(rel)  # an unsaved buffer that never reached the disk
-            self._left.pop(rel, None)
+            self._edits.forget(rel)
             return "disk"
         await asyncio.to_thread(self.delete, rel)
         self._buffers.pop(rel, None)
-        self._left.pop(rel, None)
+        self._edits.forget(rel)
         return "disk"
 
     # ---- listing ---------------------------------------------------------------------------

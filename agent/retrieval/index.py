@@ -52,6 +52,7 @@ from agent.retrieval.vectors import (
     remove_stale,
     row_scores,
 )
+from agent.textfile import make_state_dir
 from agent.workspace import Workspace
 
 CHANNELS = ("keyword", "vector", "symbol")
@@ -169,11 +170,8 @@ class CodebaseIndex:
         return Shard.open(self.index_dir, name=name, dim=dim)
 
     def _make_dir(self) -> None:
-        composer = self.root / ".composer"
-        if self.index_dir.is_relative_to(composer):
-            composer.mkdir(exist_ok=True)
-            if not (composer / ".gitignore").exists():
-                (composer / ".gitignore").write_text("*\n")
+        if self.index_dir.is_relative_to(self.root / ".composer"):
+            make_state_dir(self.root)
         self.index_dir.mkdir(parents=True, exist_ok=True)
 
     def _ann_path(self) -> Path:

@@ -249,3 +249,27 @@ async def test_a_file_a_shell_command_deleted_under_its_open_buffer_comes_back(e
     assert gone.status == "deleted"
     result = await apply_review(ws, plan_review(store, checkpoint, ws, [Pick("o.py", 0, gone.hunks[0].digest)], []))
     assert result.refused == {} and (root / "o.py").read_text() == "o = 1\n"
+
+
+async def test_a_restarted_server_still_knows_the_agent_s_edits_of_open_buffers(editor_ws):
+    """The server stops (a crash, an editor reload) with the agent's edits unsaved in the editor,
+    which re-opens the same buffers in a new server: a rewind there takes back the agent's edit
+    and still refuses the buffer the person typed in, as the first server would have."""
+    root, ws, _ = editor_ws
+    for name in ("a.py", "typed.py", "closed.py"):
+        (root / name).write_text(f"{name} on disk\n")
+        ws.set_buffer(name, f"{name}, unsaved\n", 1)
+    checkpoint = CheckpointStore(root).create("turn", ws.unsaved()).id
+    for name in ("a.py", "typed.py", "closed.py"):
+        await ws.apply_text(name, f"the agent's {name}\n")
+    ws.clear_buffer("closed.py")  # closed without saving: the agent's text is gone with it
+
+    editor = Editor()
+    restarted = editor.workspace = Workspace(root, edit_sink=editor)
+    restarted.set_buffer("a.py", "the agent's a.py\n", 1)
+    restarted.set_buffer("typed.py", "the agent's typed.py\nand the person's line\n", 1)
+    restarted.set_buffer("closed.py", "the person's, reopened\n", 1)
+    result = await rewind(CheckpointStore(root), checkpoint, restarted)
+    assert result.reverted == ["a.py"] and list(result.refused) == ["typed.py"]
+    assert restarted.buffer("a.py")[0] == "a.py, unsaved\n"
+    assert restarted.buffer("closed.py")[0] == "the person's, reopened\n", "never the agent's since it opened"

@@ -106,23 +106,29 @@ async def test_one_change_of_a_turn_is_undone_and_the_other_kept(workspace, mode
     assert sorted(rewards) == [-1.0, 1.0]
 
 
+def _edit_of_an_unsaved_buffer(workspace: Path, model) -> tuple[str, str, str]:
+    """config.py on the disk, the person's unsaved text of it, and that text after the scripted
+    model's edit of another line."""
+    lines = "".join(f"value_{i} = {i}\n" for i in range(20))
+    (workspace / "config.py").write_text(lines)
+    mine = lines.replace("value_3 = 3\n", "value_3 = 'mine, unsaved'\n")
+    edit = {"name": "edit_file", "arguments": {"path": "config.py", "old_string": "value_15 = 15",
+                                               "new_string": "value_15 = 1500"}}
+    model.script = [[{"text": "", "tool_calls": [edit]}, {"text": "Done."}]]
+    return lines, mine, mine.replace("value_15 = 15\n", "value_15 = 1500\n")
+
+
 async def test_rewind_and_review_reach_the_unsaved_buffer_the_agent_edited(workspace, model, tmp_path):
     """The person typed in config.py without saving; the agent's edit goes to that buffer through
     the editor, so the disk never holds it. The turn's changes are the agent's alone, and a rewind
     gives the buffer back as the person left it (their unsaved line kept), then its backup the
     agent's edit again; the disk is never written."""
-    lines = "".join(f"value_{i} = {i}\n" for i in range(20))
-    (workspace / "config.py").write_text(lines)
+    lines, mine, agents = _edit_of_an_unsaved_buffer(workspace, model)
     on_disk = (workspace / "config.py").stat()
-    mine = lines.replace("value_3 = 3\n", "value_3 = 'mine, unsaved'\n")
-    edit = {"name": "edit_file", "arguments": {"path": "config.py", "old_string": "value_15 = 15",
-                                               "new_string": "value_15 = 1500"}}
-    model.script = [[{"text": "", "tool_calls": [edit]}, {"text": "Done."}]]
     client = await start_client(workspace, model.url, tmp_path / "logs", "--index", "off")
     try:
         uri = client.open(workspace / "config.py", mine, version=2)
         session_id = await _turn(client, workspace)
-        agents = mine.replace("value_15 = 15\n", "value_15 = 1500\n")
         assert client.documents[uri][0] == agents and (workspace / "config.py").read_text() == lines
         listed = await client.protocol.send_request_async("composer/turnChanges", {"sessionId": session_id})
         [config] = listed["files"]
@@ -138,6 +144,30 @@ async def test_rewind_and_review_reach_the_unsaved_buffer_the_agent_edited(works
         await stop_client(client)
     now = (workspace / "config.py").stat()
     assert (now.st_ino, now.st_mtime_ns) == (on_disk.st_ino, on_disk.st_mtime_ns), "the disk was never written"
+
+
+async def test_a_restarted_server_rewinds_the_agent_s_edit_still_in_the_buffer(workspace, model, tmp_path):
+    """The server stops with the agent's edit unsaved in an open buffer; the editor starts a new
+    one and opens the buffer there again. The session, loaded, rewinds it: the buffer gets the
+    person's text back, and the disk is never written."""
+    lines, mine, agents = _edit_of_an_unsaved_buffer(workspace, model)
+    client = await start_client(workspace, model.url, tmp_path / "logs", "--index", "off")
+    try:
+        client.open(workspace / "config.py", mine, version=2)
+        session_id = await _turn(client, workspace)
+    finally:
+        await stop_client(client)
+    restarted = await start_client(workspace, model.url, tmp_path / "logs", "--index", "off")
+    try:
+        uri = restarted.open(workspace / "config.py", agents, version=5)
+        await restarted.protocol.send_request_async(
+            "session/load", {"sessionId": session_id, "cwd": str(workspace), "mcpServers": []})
+        result = await restarted.protocol.send_request_async("composer/rewind", {"sessionId": session_id})
+        assert result["buffers"] == {"reverted": ["config.py"], "refused": {}}
+        assert restarted.documents[uri][0] == mine
+    finally:
+        await stop_client(restarted)
+    assert (workspace / "config.py").read_text() == lines
 
 
 async def test_a_rewind_can_take_the_turn_out_of_the_conversation(workspace, model, tmp_path):
