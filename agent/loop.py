@@ -50,11 +50,10 @@ from agent.review import Reviewed, Revision, apply_revision, unpack
 from agent.tools.base import ToolContext, ToolRegistry, ToolResult, run_guarded, truncate
 from agent.tools.files import CHANGED_KEY, READS_KEY, files_read
 from agent.tools.todo import STATE_KEY as TODOS_KEY
-from agent.trajectory import Prompt, TokenStream, common_prefix
+from agent.trajectory import Prompt, TokenStream, common_prefix, shorten_oldest_tool_results
 from agent.write_locks import WriteLocks, finish_started, wait_through_cancels, write_paths
 from model.toolcalls import ToolCall
 
-SHORTENED_NOTE = "\n[older tool output shortened to save context; call the tool again if you need it]"
 MIN_REPLY_TOKENS = 32
 """A prompt that leaves the reply less room than this ends the turn: no tool call fits in it."""
 STOP_S = 2.0
@@ -346,12 +345,12 @@ class Agent:
         """The next prompt's ids for a token-native policy (None for a text-only one), with the
         oldest tool results shortened first when the context fills up (a prefix break);
         _ContextFull when even that leaves no room for a reply."""
+        window, room = self.policy.context_window, self.config.max_tokens_per_step
         if not getattr(self.policy, "token_native", False):
-            self._fit_context(tools)
+            shorten_oldest_tool_results(self.messages, tools, window - room, self.config.shortened_chars,
+                                        self.policy.count_tokens)
             return None
-        prompt = self.stream.next_prompt(self.messages, self._synced, tools)
-        if len(prompt.ids) + self.config.max_tokens_per_step > self.policy.context_window and self._fit_context(tools):
-            prompt = self.stream.rebuild(self.messages, tools, "context_shortened")
+        prompt = self.stream.fitted_prompt(self.messages, self._synced, tools, room, window, self.config.shortened_chars)
         if len(prompt.ids) + MIN_REPLY_TOKENS > self.policy.context_window:
             raise _ContextFull(f"the prompt has {len(prompt.ids)} tokens and the context window "
                                f"{self.policy.context_window}: no room for a reply; the turn ends")
@@ -553,25 +552,6 @@ class Agent:
         await refresh(sorted(p for p in paths if absolute_path(self.ctx.workspace, p)))
 
     # ---- helpers ---------------------------------------------------------------------------------
-
-    def _fit_context(self, tools: list[dict]) -> bool:
-        """Shortens the oldest tool results until the prompt leaves room for the answer; returns
-        whether it shortened any. The prompt is counted once, then lowered by what each
-        shortening saves: linear in the conversation, however long (counting it whole per
-        message was quadratic)."""
-        budget = self.policy.context_window - self.config.max_tokens_per_step
-        used = self.policy.count_tokens(self.messages, tools)
-        shortened = False
-        for message in self.messages:
-            if used <= budget:
-                break
-            content = message.get("content") or ""
-            if message["role"] == "tool" and len(content) > self.config.shortened_chars and not content.endswith(SHORTENED_NOTE):
-                before = self.policy.count_tokens([message], [])
-                message["content"] = content[: self.config.shortened_chars] + SHORTENED_NOTE
-                used -= before - self.policy.count_tokens([message], [])
-                shortened = True
-        return shortened
 
     def _emit(self, update: dict) -> None:
         """Sends an update without blocking the caller, in order: each send waits for the last."""

@@ -22,12 +22,13 @@ were redacted (the model saw a secret there; from this call on it sees the tag t
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from model.tokenizer import TemplateRewritesHistory
 
+SHORTENED_NOTE = "\n[older tool output shortened to save context; call the tool again if you need it]"
 REBUILD = frozenset({"rebuilt_from_text", "model_changed"})
 """Breaks after which the next prompt is rendered from the conversation's text."""
 
@@ -50,6 +51,25 @@ class Prompt:
     def delta(self) -> list[int]:
         """The ids the log stores for this prompt."""
         return self.ids[self.prefix_len:]
+
+
+def shorten_oldest_tool_results(messages: Sequence[dict], tools: Sequence[dict], budget: int, keep_chars: int,
+                                count_tokens: Callable[[Sequence[dict], Sequence[dict]], int]) -> bool:
+    """Cuts the oldest tool results (in place) to their first `keep_chars` characters and a note
+    until the conversation counts at most `budget` tokens; returns whether it cut any. The whole is
+    counted once, then lowered by what each cut saves: linear in the conversation, however long."""
+    used = count_tokens(messages, tools)
+    shortened = False
+    for message in messages:
+        if used <= budget:
+            break
+        content = message.get("content") or ""
+        if message["role"] == "tool" and len(content) > keep_chars and not content.endswith(SHORTENED_NOTE):
+            before = count_tokens([message], [])
+            message["content"] = content[:keep_chars] + SHORTENED_NOTE
+            used -= before - count_tokens([message], [])
+            shortened = True
+    return shortened
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -85,6 +105,19 @@ class TokenStream:
         except TemplateRewritesHistory:
             return self.rebuild(messages, tools, "template")
         return Prompt(self.ids + more, self.call_id, len(self.ids), self.pending, self._routing_start(len(self.ids)))
+
+    def fitted_prompt(self, messages: list[dict], new_from: int, tools: Sequence[dict], room: int,
+                      window: int, keep_chars: int) -> Prompt:
+        """`next_prompt`, but when it leaves the reply less than `room` of the context `window`,
+        with the oldest tool results shortened first (`shorten_oldest_tool_results`, in
+        `messages`) and the conversation rendered again: a `context_shortened` break."""
+        prompt = self.next_prompt(messages, new_from, tools)
+        if len(prompt.ids) + room <= window:
+            return prompt
+        count = self.tokenizer.encode_prompt
+        if not shorten_oldest_tool_results(messages, tools, window - room, keep_chars, lambda m, t: len(count(m, t))):
+            return prompt
+        return self.rebuild(messages, tools, "context_shortened")
 
     def rebuild(self, messages: Sequence[dict], tools: Sequence[dict], reason: str | None) -> Prompt:
         """The whole conversation rendered from its text; it still shares the ids it starts with

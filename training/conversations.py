@@ -18,10 +18,12 @@ the live teacher's samples, training/teacher.py), within the limits below.
 Only replies train: prompts, tool results and notes are context (loss mask 0), and so is a reply
 the harness had to correct (a malformed call, which the rendered reply would silently fix; calls
 past a step's limit), one cut off at its length limit, and one in which a secret the model wrote
-is a redaction tag. The rendering is the harness's stream while the conversation fits the policy's
-context as it stands: the harness would shorten old tool output to go on, so a longer conversation
-ends here before the first reply that would not fit; and a session reloaded in an editor was
-continued under the system prompt built then, where this renders the one its log began with.
+is a redaction tag. Where the conversation outgrows the policy's context (a stronger model's often
+does), the oldest tool output is shortened as the harness shortens it for the policy
+(`TokenStream.fitted_prompt` with LoopConfig's defaults) and a new sample starts there; the
+conversation ends only before a reply that would not fit even then. A session reloaded in an
+editor was continued under the system prompt built then, where this renders the one its log began
+with.
 
 The samples are off-policy (no behaviour logprobs of the policy), trained by reward-filtered
 likelihood on the session's reward (training/data.py), like the endpoint warm start's
@@ -32,10 +34,12 @@ Tests: .venv/bin/python -m pytest tests/training/test_conversations.py
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from typing import Any
 
+from agent.loop import MIN_REPLY_TOKENS, LoopConfig
 from agent.redact import TAG
 from agent.replay import conversation, remembered
 from agent.trajectory import TokenStream
@@ -69,12 +73,12 @@ def _as_written(call: dict[str, Any]) -> bool:
 
 def conversation_samples(line: dict[str, Any], tokenizer: Any, *, max_tokens: int | None = None) -> list[Sample]:
     """The line's conversation in the policy's tokens: one Sample while the stream extends its
-    prompt exactly, a new one where the chat template makes it start over; the conversation ends
-    before the first reply that would take a sample past `max_tokens` (the policy's context)."""
+    prompt exactly, a new one where the chat template or a shortening makes it start over, to fit
+    `max_tokens` (the policy's context; None: no limit)."""
     from training.demos import rendered_ids  # training.demos imports the harness's task runner
 
-    messages, tools = line["messages"], line["tools"]
-    limit = max_tokens or math.inf
+    messages, tools = copy.deepcopy(line["messages"]), line["tools"]  # shortened in place, as the loop does
+    limit, loop = max_tokens or math.inf, LoopConfig()
     untrained = set(line.get("untrained_replies") or ())
     reward = math.nan if line.get("reward") is None else float(line["reward"])
     stream = TokenStream(tokenizer)
@@ -83,11 +87,12 @@ def conversation_samples(line: dict[str, Any], tokenizer: Any, *, max_tokens: in
     for index, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        prompt = stream.next_prompt(messages[:index], synced, tools)
+        prompt = stream.fitted_prompt(messages[:index], synced, tools, loop.max_tokens_per_step, limit,
+                                      loop.shortened_chars)
         calls = [ToolCall(**call_fields(c)) for c in message.get("tool_calls") or []]
         reply = rendered_ids(tokenizer, message.get("content") or "", calls)
-        if len(prompt.ids) + len(reply) > limit:
-            break
+        if len(prompt.ids) + max(len(reply), MIN_REPLY_TOKENS) > limit:
+            break  # no room for this reply even with old output shortened: the harness stops there
         if not pieces or prompt.prefix_len != len(pieces[-1][0]):
             pieces.append(([], []))
         tokens, mask = pieces[-1]

@@ -10,10 +10,11 @@ import time
 import pytest
 
 from agent.call_labels import checkpoint_label
-from agent.loop import SHORTENED_NOTE, Agent, LoopConfig
+from agent.loop import Agent, LoopConfig
 from agent.permissions import PermissionPolicy
 from agent.policy import Reply
 from agent.tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
+from agent.trajectory import SHORTENED_NOTE
 from agent.workspace import Workspace
 from model.toolcalls import ToolCall, ToolCallError
 

@@ -123,6 +123,31 @@ def test_a_corrected_reply_is_context_and_a_long_conversation_ends_where_it_fits
     assert conversation_samples(line, real_tokenizer, max_tokens=len(first_only.tokens)) == []  # nothing trains
 
 
+def test_a_conversation_past_the_policy_s_context_is_shortened_as_the_harness_shortens_it(tmp_path, real_tokenizer):
+    # A stronger model's long session: rendered for a policy with a smaller context, the oldest tool
+    # output is cut where the harness, serving that policy the same replies, would cut it.
+    big = "".join(f"def helper_{i}(value):\n    return value * {i} + {i * 7}\n\n" for i in range(60))
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "big.py").write_text(big)
+    turns = [("go", [("", [ToolCall("read_file", {"path": "big.py"})]), *TURNS[0][1]]), TURNS[1]]
+    replies = [reply for _, r in turns for reply in r]
+    unlimited = read_session(run_session(tmp_path, "wide", ScriptPolicy(real_tokenizer, replies), real_tokenizer, turns))
+    [whole], _ = session_segments(unlimited)
+    last = whole.calls[-1]["completion_start"]  # the last reply's prompt, in tokens
+    window = last + LoopConfig().max_tokens_per_step - 1  # the last prompt alone leaves too little room
+
+    narrow = ScriptPolicy(real_tokenizer, replies, context_window=window)
+    native = read_session(run_session(tmp_path, "native", narrow, real_tokenizer, turns))
+    segments, _ = session_segments(native)
+    assert [s.start_reason for s in segments][1:] == ["context_shortened"], "the harness shortened once"
+    text = read_session(run_session(tmp_path, "text", text_policy(turns), real_tokenizer, turns))
+    line = conversation_line(text, session_of(Path("text")))
+    samples = conversation_samples(line, real_tokenizer, max_tokens=window)
+    assert [s.tokens for s in samples] == [s.token_ids for s in segments]
+    assert "helper_59" not in real_tokenizer.decode(samples[-1].tokens), "the read's output was cut"
+    assert trained(real_tokenizer, samples[-1]) == "You're welcome.<|endoftext|>"
+
+
 def test_a_reply_the_log_does_not_hold_as_written_is_context(tmp_path, real_tokenizer):
     # A secret the model wrote is a redaction tag in the log, and calls past the step's limit were
     # dropped (the next prompt says so): neither reply is what the model wrote.
