@@ -167,9 +167,10 @@ def ensure_default_model() -> Path:
 
 def ensure_trained_model(adapter: str | Path | None = None) -> Path:
     """composer-mini-trained's directory. A checkpoint you installed (`install_trained`) is kept
-    (an earlier composer-mini chat template in it brought up to date); otherwise it is built from composer-mini and `adapter` (`merge_adapter`), once, and
-    again when the adapter changes (a pull that brings a newer one: `BUILT_FROM` says which).
-    `adapter` defaults to the committed one, `TRAINED_ADAPTER`."""
+    (an earlier composer-mini chat template in it brought up to date); otherwise it is built from
+    composer-mini and `adapter` (`merge_adapter`), once, and again when the adapter changes (a
+    pull that brings a newer one: `BUILT_FROM` says which). `adapter` defaults to the committed
+    one, `TRAINED_ADAPTER`."""
     from model.adapter import ADAPTER_FILE
 
     adapter = TRAINED_ADAPTER if adapter is None else adapter
@@ -232,8 +233,8 @@ def refresh_chat_template(directory: Path) -> None:
     config = json.loads(config_file.read_text()) if config_file.is_file() else {}
     held = [template_file.read_text()] if template_file.is_file() else []
     held += [config["chat_template"]] if isinstance(config.get("chat_template"), str) else []
-    if not held or all(t == current or current_template(t) != current for t in held):
-        return  # up to date, or not composer-mini's
+    if not any(t != current and current_template(t) == current for t in held):
+        return  # none, up to date, or not composer-mini's
     with file_lock(directory):
         config = json.loads(config_file.read_text()) if config_file.is_file() else {}
         config["chat_template"] = current
