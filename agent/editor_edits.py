@@ -9,9 +9,12 @@ as they were. So each edit's text is also recorded as a digest in the workspace'
 
     .composer/editor-edits.json     {"version": 1, "buffers": {path: sha256 of the text}}
 
-rewritten atomically on each change and merged with what another server of the same workspace
-wrote meanwhile. The record is a hint that can only make a rewind do more of what the person asked;
-a damaged or missing one means "no edit known", which leaves a buffer alone, as before.
+A buffer that opens clean with other text than its entry's drops the entry (closed while no
+server ran, the edit left with its unsaved text), and so does a closed one; the newest MAX_ENTRIES
+are kept. Each change re-reads the record under a lock (.composer/editor-edits.lock) and replaces
+it atomically, so servers of one workspace keep each other's entries. The record can only make a
+rewind do more of what the person asked: a damaged or missing one means "no edit known", which
+leaves a buffer alone, as before.
 
 Tests: .venv/bin/python -m pytest tests/agent/test_editor_edit_record.py tests/server/test_rewind.py -k restart
 """
@@ -23,53 +26,71 @@ import json
 import logging
 from pathlib import Path
 
+from agent.store_lock import StoreLock
 from agent.textfile import atomic_write, make_state_dir
 
 log = logging.getLogger(__name__)
 
 RECORD_NAME = "editor-edits.json"
 FORMAT_VERSION = 1
+MAX_ENTRIES = 1000
+"""Buffers never re-opened keep their entries until newer ones push them out."""
 
 
 def digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-class EditorEdits:
+class BufferEditRecord:
     """Path -> digest of the text the agent's last editor edit left in that path's buffer."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self._path = self.root / ".composer" / RECORD_NAME
         self._known: dict[str, str] | None = None
+        self._warned = False
 
     def holds_last_edit(self, rel: str, text: str) -> bool | None:
-        """None: no edit of the agent's is known in this buffer (since it was opened); True: `text`
-        is what the last one left; False: the buffer changed since."""
+        """None: no edit of the agent's is known in this buffer; True: `text` is what the last
+        one left; False: the buffer changed since."""
         known = self._load().get(rel)
         return None if known is None else known == digest(text)
 
     def record(self, rel: str, text: str) -> None:
         self._change(rel, digest(text))
 
+    def opened(self, rel: str, text: str, *, clean: bool) -> None:
+        """The editor opened a buffer (a restarted server learns of those still open). One that
+        opens clean (the file's text) holds no unsaved edit, unless the edit was its text: an
+        entry of other text is dropped. An unsaved one the editor kept through the restart keeps
+        its entry: typed in since, it is refused by a rewind with that reason."""
+        if clean and self.holds_last_edit(rel, text) is False:
+            self._change(rel, None)
+
     def forget(self, rel: str) -> None:
         """The buffer closed: its unsaved text, the agent's edit with it, is gone."""
-        if rel in self._load():
+        if rel in self._load() or self._path.exists():
             self._change(rel, None)
 
     def _change(self, rel: str, value: str | None) -> None:
-        on_disk = self._read()  # another server of this workspace may have written since
-        for known in (self._load(), on_disk):
-            if value is None:
-                known.pop(rel, None)
-            else:
-                known[rel] = value
+        known = self._load()
+        known.pop(rel, None)
+        if value is not None:
+            known[rel] = value  # the newest last
         try:
             make_state_dir(self.root)
-            data = json.dumps({"version": FORMAT_VERSION, "buffers": on_disk}, sort_keys=True)
-            atomic_write(self._path, data.encode(), durable=False)
+            with StoreLock(self._path.with_suffix(".lock")).exclusive():
+                on_disk = self._read()  # another server of this workspace may have written since
+                if on_disk.get(rel) == value:
+                    return
+                on_disk.pop(rel, None)
+                if value is not None:
+                    on_disk[rel] = value
+                kept = dict(list(on_disk.items())[-MAX_ENTRIES:])
+                data = json.dumps({"version": FORMAT_VERSION, "buffers": kept})
+                atomic_write(self._path, data.encode(), durable=False)
         except OSError as err:  # a read-only workspace: known for this server's life only
-            log.warning("could not record the agent's editor edit in %s: %s", self._path, err)
+            self._warn(f"could not record the agent's editor edit in {self._path}: {err}")
 
     def _load(self) -> dict[str, str]:
         if self._known is None:
@@ -82,11 +103,15 @@ class EditorEdits:
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as err:
-            log.warning("ignoring %s (%s): buffers edited before it was damaged are the person's now",
-                        self._path, err)
+            self._warn(f"ignoring {self._path} ({err}): buffers edited before it was damaged are the person's now")
             return {}
         buffers = record.get("buffers") if isinstance(record, dict) else None
         if not isinstance(buffers, dict) or record.get("version") != FORMAT_VERSION:
-            log.warning("ignoring %s: not a version %d record", self._path, FORMAT_VERSION)
+            self._warn(f"ignoring {self._path}: not a version {FORMAT_VERSION} record")
             return {}
         return {k: v for k, v in buffers.items() if isinstance(k, str) and isinstance(v, str)}
+
+    def _warn(self, message: str) -> None:
+        if not self._warned:
+            self._warned = True
+            log.warning("%s", message)

@@ -350,7 +350,8 @@ class Agent:
             shorten_oldest_tool_results(self.messages, tools, window - room, self.config.shortened_chars,
                                         self.policy.count_tokens)
             return None
-        prompt = self.stream.fitted_prompt(self.messages, self._synced, tools, room, window, self.config.shortened_chars)
+        prompt = self.stream.fitted_prompt(self.messages, self._synced, tools, room=room, window=window,
+                                           keep_chars=self.config.shortened_chars, count_tokens=self.policy.count_tokens)
         if len(prompt.ids) + MIN_REPLY_TOKENS > self.policy.context_window:
             raise _ContextFull(f"the prompt has {len(prompt.ids)} tokens and the context window "
                                f"{self.policy.context_window}: no room for a reply; the turn ends")

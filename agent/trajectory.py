@@ -53,8 +53,12 @@ class Prompt:
         return self.ids[self.prefix_len:]
 
 
-def shorten_oldest_tool_results(messages: Sequence[dict], tools: Sequence[dict], budget: int, keep_chars: int,
-                                count_tokens: Callable[[Sequence[dict], Sequence[dict]], int]) -> bool:
+TokenCount = Callable[[Sequence[dict], Sequence[dict]], int]
+"""(messages, tools) -> how many tokens the policy's prompt of them takes (Policy.count_tokens)."""
+
+
+def shorten_oldest_tool_results(messages: Sequence[dict], tools: Sequence[dict], budget: float, keep_chars: int,
+                                count_tokens: TokenCount) -> bool:
     """Cuts the oldest tool results (in place) to their first `keep_chars` characters and a note
     until the conversation counts at most `budget` tokens; returns whether it cut any. The whole is
     counted once, then lowered by what each cut saves: linear in the conversation, however long."""
@@ -106,16 +110,15 @@ class TokenStream:
             return self.rebuild(messages, tools, "template")
         return Prompt(self.ids + more, self.call_id, len(self.ids), self.pending, self._routing_start(len(self.ids)))
 
-    def fitted_prompt(self, messages: list[dict], new_from: int, tools: Sequence[dict], room: int,
-                      window: int, keep_chars: int) -> Prompt:
+    def fitted_prompt(self, messages: list[dict], new_from: int, tools: Sequence[dict], *, room: int,
+                      window: float, keep_chars: int, count_tokens: TokenCount) -> Prompt:
         """`next_prompt`, but when it leaves the reply less than `room` of the context `window`,
         with the oldest tool results shortened first (`shorten_oldest_tool_results`, in
         `messages`) and the conversation rendered again: a `context_shortened` break."""
         prompt = self.next_prompt(messages, new_from, tools)
         if len(prompt.ids) + room <= window:
             return prompt
-        count = self.tokenizer.encode_prompt
-        if not shorten_oldest_tool_results(messages, tools, window - room, keep_chars, lambda m, t: len(count(m, t))):
+        if not shorten_oldest_tool_results(messages, tools, window - room, keep_chars, count_tokens):
             return prompt
         return self.rebuild(messages, tools, "context_shortened")
 

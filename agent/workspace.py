@@ -36,7 +36,7 @@ from typing import Protocol
 
 import pathspec
 
-from agent.editor_edits import EditorEdits
+from agent.editor_edits import BufferEditRecord
 from agent.exceptions import (
     BinaryFileError,
     EditorRefusedError,
@@ -123,7 +123,7 @@ class Workspace:
         self.max_file_bytes = max_file_bytes
         self.edit_sink = edit_sink
         self._buffers: dict[str, _Buffer] = {}
-        self._edits = EditorEdits(self.root)
+        self._edits = BufferEditRecord(self.root)
         """Which buffers still hold the text this workspace's last editor edit left there."""
         self._formats: dict[str, TextFormat] = {}
         self._ignore = IgnoreFiles(self.root)
@@ -198,7 +198,10 @@ class Workspace:
     def set_buffer(self, path: str, text: str, version: int | None) -> None:
         """Records the editor's current text of `path` (didOpen/didChange); reads see it."""
         rel = self._rel(path)
-        self._buffers[rel] = _Buffer(text, version, self._is_saved(rel, text))
+        buffer = _Buffer(text, version, self._is_saved(rel, text))
+        if rel not in self._buffers:
+            self._edits.opened(rel, text, clean=buffer.saved)
+        self._buffers[rel] = buffer
 
     def clear_buffer(self, path: str) -> None:
         """The editor closed `path` (didClose): reads go back to the disk."""
@@ -425,7 +428,7 @@ class Workspace:
             # report that came while the edit was answered (with any typing) is the buffer now.
             if self._buffers.get(rel) is buf:
                 self._buffers[rel] = _Buffer(raw, None)
-            self._edits.record(rel, raw)
+            await asyncio.to_thread(self._edits.record, rel, raw)
             return "editor"
         await asyncio.to_thread(self.write_text, rel, new_text)
         if buf is not None:

@@ -79,6 +79,9 @@ def conversation_samples(line: dict[str, Any], tokenizer: Any, *, max_tokens: in
 
     messages, tools = copy.deepcopy(line["messages"]), line["tools"]  # shortened in place, as the loop does
     limit, loop = max_tokens or math.inf, LoopConfig()
+
+    def count(some: list[dict], schemas: list[dict]) -> int:  # as the policy counts: EnginePolicy.count_tokens
+        return len(tokenizer.encode_prompt(some, schemas))
     untrained = set(line.get("untrained_replies") or ())
     reward = math.nan if line.get("reward") is None else float(line["reward"])
     stream = TokenStream(tokenizer)
@@ -87,8 +90,8 @@ def conversation_samples(line: dict[str, Any], tokenizer: Any, *, max_tokens: in
     for index, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        prompt = stream.fitted_prompt(messages[:index], synced, tools, loop.max_tokens_per_step, limit,
-                                      loop.shortened_chars)
+        prompt = stream.fitted_prompt(messages[:index], synced, tools, room=loop.max_tokens_per_step, window=limit,
+                                      keep_chars=loop.shortened_chars, count_tokens=count)
         calls = [ToolCall(**call_fields(c)) for c in message.get("tool_calls") or []]
         reply = rendered_ids(tokenizer, message.get("content") or "", calls)
         if len(prompt.ids) + max(len(reply), MIN_REPLY_TOKENS) > limit:
