@@ -72,6 +72,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from agent.checkpoint_records import Changes, Checkpoint, PruneResult, RestoreResult, StoredFile
+from agent.exceptions import OutsideWorkspaceError
 from agent.object_store import CheckpointCorrupt, CheckpointError, ObjectStore
 from agent.store_lock import StoreLock, process_lock
 from agent.textfile import atomic_write, make_state_dir
@@ -142,9 +143,13 @@ class CheckpointStore:
         self.root = Path(workspace_root).resolve()
         if not self.root.is_dir():
             raise ValueError(f"workspace root {self.root} is not a directory")
-        if store_dir is None:
-            make_state_dir(self.root)
-            store_dir = default_store_dir(self.root)
+        if store_dir is None:  # each folder the store writes in is the workspace's own, never a link
+            try:
+                store_dir = make_state_dir(self.root, "checkpoints")
+                for part in ("objects", "refs", "buffers"):
+                    make_state_dir(self.root, "checkpoints", part)
+            except OutsideWorkspaceError as err:
+                raise CheckpointError(str(err)) from None
         self.store_dir = Path(store_dir).resolve()
         self.config = config or CheckpointConfig()
         self._objects = ObjectStore(self.store_dir / "objects", self.config.compress_level)

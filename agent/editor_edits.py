@@ -26,6 +26,7 @@ import json
 import logging
 from pathlib import Path
 
+from agent.exceptions import WorkspaceError
 from agent.store_lock import StoreLock
 from agent.textfile import atomic_write, make_state_dir
 
@@ -89,7 +90,7 @@ class BufferEditRecord:
                 kept = dict(list(on_disk.items())[-MAX_ENTRIES:])
                 data = json.dumps({"version": FORMAT_VERSION, "buffers": kept})
                 atomic_write(self._path, data.encode(), durable=False)
-        except OSError as err:  # a read-only workspace: known for this server's life only
+        except (OSError, WorkspaceError) as err:  # read-only, or `.composer` a link: known for this server's life
             self._warn(f"could not record the agent's editor edit in {self._path}: {err}")
 
     def _load(self) -> dict[str, str]:

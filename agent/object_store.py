@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import zlib
 from pathlib import Path
 
@@ -43,6 +44,9 @@ class ObjectStore:
         path = self.path(digest)
         if path.exists():
             return 0
+        if path.parent.is_symlink():  # a fan-out folder a repository shipped as a link: never written through
+            raise CheckpointError(f"{path.parent} is a symbolic link (to {os.readlink(path.parent)}); the "
+                                  "store writes nothing outside its folder: remove the link")
         packed = zlib.compress(data, self.compress_level)
         atomic_write(path, packed, mode=0o644, durable=False)
         return len(packed)

@@ -76,4 +76,4 @@ class StoreLock:
             os.close(fd)
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        return os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)  # not a link

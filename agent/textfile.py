@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.exceptions import WorkspaceError
+from agent.exceptions import OutsideWorkspaceError, WorkspaceError
 
 SNIFF_BYTES = 8192
 """How much of a file's head decides whether it is binary (git looks at the same amount)."""
@@ -103,14 +103,23 @@ def restore_newlines(view: str, newline: str | None) -> str:
     return _ANY_NEWLINE.sub("\r\n", view) if newline == "\r\n" else view
 
 
-def make_state_dir(root: Path) -> Path:
-    """The workspace's `.composer/` (checkpoints, the codebase index, editor edits), created with
-    a `.gitignore` of `*` so that git never lists what Composer keeps there."""
-    state = Path(root) / ".composer"
-    state.mkdir(exist_ok=True)
-    if not (state / ".gitignore").exists():
+def make_state_dir(root: Path, *parts: str) -> Path:
+    """The workspace's `.composer/` (checkpoints, the codebase index, editor edits), or the folder
+    `parts` names in it, made where missing; `.composer` gets a `.gitignore` of `*` so that git never
+    lists what Composer keeps there. Each level must be a folder of its own: a repository that ships
+    `.composer`, or a folder in it, as a symbolic link would have Composer write (and prune) its
+    state wherever the link points, so a link is refused (OutsideWorkspaceError)."""
+    state = level = Path(root) / ".composer"
+    for name in ("", *parts):
+        level = level / name if name else level
+        if level.is_symlink():
+            raise OutsideWorkspaceError(
+                f"{level} is a symbolic link (to {os.readlink(level)}); Composer keeps its state inside "
+                "the workspace and follows no link out of it: remove the link, and Composer makes the folder")
+        level.mkdir(exist_ok=True)
+    if not os.path.lexists(state / ".gitignore"):
         (state / ".gitignore").write_text("*\n")
-    return state
+    return level
 
 
 def atomic_write(target: Path, data: bytes, *, mode: int | None = None, durable: bool = True) -> None:

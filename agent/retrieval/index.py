@@ -170,8 +170,8 @@ class CodebaseIndex:
         return Shard.open(self.index_dir, name=name, dim=dim)
 
     def _make_dir(self) -> None:
-        if self.index_dir.is_relative_to(self.root / ".composer"):
-            make_state_dir(self.root)
+        if self.index_dir.is_relative_to(self.root / ".composer"):  # never through a link out of the workspace
+            make_state_dir(self.root, *self.index_dir.relative_to(self.root / ".composer").parts)
         self.index_dir.mkdir(parents=True, exist_ok=True)
 
     def _ann_path(self) -> Path:
