@@ -145,9 +145,7 @@ class CheckpointStore:
             raise ValueError(f"workspace root {self.root} is not a directory")
         if store_dir is None:  # each folder the store writes in is the workspace's own, never a link
             try:
-                store_dir = make_state_dir(self.root, "checkpoints")
-                for part in ("objects", "refs", "buffers"):
-                    make_state_dir(self.root, "checkpoints", part)
+                store_dir = make_state_dir(self.root, "checkpoints")  # objects/, refs/, buffers/, lock
             except OutsideWorkspaceError as err:
                 raise CheckpointError(str(err)) from None
         self.store_dir = Path(store_dir).resolve()

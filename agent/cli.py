@@ -33,6 +33,7 @@ from pathlib import Path
 from agent import workspace_cli
 from agent.isolation import OPT_IN_FLAG, IsolationStatus
 from agent.loop import LoopConfig
+from agent.object_store import CheckpointError
 from agent.sandbox import startup_isolation
 from agent.session import Session, SessionConfig
 from model.home import served_model
@@ -116,7 +117,11 @@ async def _run(args: argparse.Namespace, status: IsolationStatus) -> int:
         allow_unsandboxed=args.allow_unsandboxed,
         loop=LoopConfig(max_steps=args.max_steps, max_tokens_per_step=args.max_tokens),
     )
-    session = await Session.create(config, events=printer)
+    try:
+        session = await Session.create(config, events=printer)
+    except CheckpointError as err:  # the workspace's store cannot open (a linked `.composer`)
+        print(f"composer-agent: {err}", file=sys.stderr)
+        return 1
     try:
         result = await session.prompt(args.request)
     except Exception as err:  # the endpoint died mid-answer, the disk filled: one clear line, no traceback

@@ -49,6 +49,8 @@ class BufferEditRecord:
         self.root = Path(root)
         self._path = self.root / ".composer" / RECORD_NAME
         self._known: dict[str, str] | None = None
+        self._read_at: int | None = None
+        """The record's mtime (ns) when last read or written here: a close reads it only if it changed."""
         self._warned = False
 
     def holds_last_edit(self, rel: str, text: str) -> bool | None:
@@ -69,8 +71,9 @@ class BufferEditRecord:
             self._change(rel, None)
 
     def forget(self, rel: str) -> None:
-        """The buffer closed: its unsaved text, the agent's edit with it, is gone."""
-        if rel in self._load() or self._path.exists():
+        """The buffer closed: its unsaved text, the agent's edit with it, is gone. Most closes
+        cost a stat: the record is read again only when another server wrote it since."""
+        if rel in self._load() or self._mtime() != self._read_at:
             self._change(rel, None)
 
     def _change(self, rel: str, value: str | None) -> None:
@@ -82,14 +85,15 @@ class BufferEditRecord:
             make_state_dir(self.root)
             with StoreLock(self._path.with_suffix(".lock")).exclusive():
                 on_disk = self._read()  # another server of this workspace may have written since
-                if on_disk.get(rel) == value:
-                    return
-                on_disk.pop(rel, None)
-                if value is not None:
-                    on_disk[rel] = value
-                kept = dict(list(on_disk.items())[-MAX_ENTRIES:])
-                data = json.dumps({"version": FORMAT_VERSION, "buffers": kept})
-                atomic_write(self._path, data.encode(), durable=False)
+                if on_disk.get(rel) != value:
+                    on_disk.pop(rel, None)
+                    if value is not None:
+                        on_disk[rel] = value
+                    on_disk = dict(list(on_disk.items())[-MAX_ENTRIES:])
+                    data = json.dumps({"version": FORMAT_VERSION, "buffers": on_disk})
+                    atomic_write(self._path, data.encode(), durable=False)
+                    self._read_at = self._mtime()
+                self._known = on_disk  # what every server of the workspace knows now
         except (OSError, WorkspaceError) as err:  # read-only, or `.composer` a link: known for this server's life
             self._warn(f"could not record the agent's editor edit in {self._path}: {err}")
 
@@ -98,7 +102,14 @@ class BufferEditRecord:
             self._known = self._read()
         return self._known
 
+    def _mtime(self) -> int | None:
+        try:
+            return self._path.stat().st_mtime_ns
+        except OSError:
+            return None
+
     def _read(self) -> dict[str, str]:
+        self._read_at = self._mtime()
         try:
             record = json.loads(self._path.read_text())
         except FileNotFoundError:

@@ -35,6 +35,8 @@ class ObjectStore:
         self.directory = directory
         self.compress_level = compress_level
         directory.mkdir(parents=True, exist_ok=True)
+        for entry in os.scandir(directory):  # 256 folders at most
+            refuse_link(Path(entry.path))
 
     def path(self, digest: str) -> Path:
         return self.directory / digest[:2] / digest[2:]
@@ -44,9 +46,7 @@ class ObjectStore:
         path = self.path(digest)
         if path.exists():
             return 0
-        if path.parent.is_symlink():  # a fan-out folder a repository shipped as a link: never written through
-            raise CheckpointError(f"{path.parent} is a symbolic link (to {os.readlink(path.parent)}); the "
-                                  "store writes nothing outside its folder: remove the link")
+        refuse_link(path.parent)  # a fan-out folder linked since the store opened
         packed = zlib.compress(data, self.compress_level)
         atomic_write(path, packed, mode=0o644, durable=False)
         return len(packed)
@@ -72,12 +72,23 @@ class ObjectStore:
         folders; returns how many files went and the bytes they held. The caller holds the
         store's lock alone, so no checkpoint is being recorded."""
         count = freed = 0
-        for path in self.directory.glob("*/*"):
-            if path.parent.name + path.name not in live:
-                freed += path.stat().st_size
-                path.unlink()
-                count += 1
-        for folder in self.directory.iterdir():
+        for folder in os.scandir(self.directory):
+            if not folder.is_dir(follow_symlinks=False):
+                continue  # never into a link: what it points at is not the store's
+            for entry in os.scandir(folder.path):
+                if folder.name + entry.name not in live:
+                    freed += entry.stat(follow_symlinks=False).st_size
+                    os.unlink(entry.path)  # a link itself, not what it points at
+                    count += 1
             with contextlib.suppress(OSError):
-                folder.rmdir()  # only when empty
+                os.rmdir(folder.path)  # only when empty
         return count, freed
+
+
+
+def refuse_link(path: Path) -> None:
+    """CheckpointError when `path` (a folder or file of the store) is a symbolic link: a repository
+    can ship one, and the store writes and deletes nothing outside its folder."""
+    if path.is_symlink():
+        raise CheckpointError(f"{path} is a symbolic link (to {os.readlink(path)}); the checkpoint store "
+                              "writes and deletes nothing outside its folder: remove the link")

@@ -106,20 +106,28 @@ def restore_newlines(view: str, newline: str | None) -> str:
 def make_state_dir(root: Path, *parts: str) -> Path:
     """The workspace's `.composer/` (checkpoints, the codebase index, editor edits), or the folder
     `parts` names in it, made where missing; `.composer` gets a `.gitignore` of `*` so that git never
-    lists what Composer keeps there. Each level must be a folder of its own: a repository that ships
-    `.composer`, or a folder in it, as a symbolic link would have Composer write (and prune) its
-    state wherever the link points, so a link is refused (OutsideWorkspaceError)."""
+    lists what Composer keeps there. A repository can ship `.composer`, or anything in it, as a
+    symbolic link, which would have Composer write (and prune) its state wherever the link points:
+    so each level must be a folder of its own, and so must be what the folder `parts` names holds
+    (a store's or an index's files and folders), else OutsideWorkspaceError names the link."""
     state = level = Path(root) / ".composer"
     for name in ("", *parts):
         level = level / name if name else level
-        if level.is_symlink():
-            raise OutsideWorkspaceError(
-                f"{level} is a symbolic link (to {os.readlink(level)}); Composer keeps its state inside "
-                "the workspace and follows no link out of it: remove the link, and Composer makes the folder")
+        _refuse_link(level)
         level.mkdir(exist_ok=True)
     if not os.path.lexists(state / ".gitignore"):
         (state / ".gitignore").write_text("*\n")
+    if parts:
+        for entry in os.scandir(level):
+            _refuse_link(Path(entry.path))
     return level
+
+
+def _refuse_link(path: Path) -> None:
+    if path.is_symlink():
+        raise OutsideWorkspaceError(
+            f"{path} is a symbolic link (to {os.readlink(path)}); Composer keeps its state inside the "
+            "workspace and follows no link out of it: remove the link, and Composer makes what it needs")
 
 
 def atomic_write(target: Path, data: bytes, *, mode: int | None = None, durable: bool = True) -> None:

@@ -179,13 +179,15 @@ class SessionHub:
         events = _Events(self.peer)
         config = self.settings.session_config(cwd, self.client)
         common = {"events": events, "ask": None, "workspace": self.workspace_for(cwd)}
-        if session_id is None:
-            session, history = await Session.create(config, **common), []
-        else:
-            try:
+        try:
+            if session_id is None:
+                session, history = await Session.create(config, **common), []
+            else:
                 session, history = await Session.load(config, session_id, **common)
-            except SessionLogError as err:
-                raise RequestError(str(err), RESOURCE_NOT_FOUND) from None
+        except SessionLogError as err:
+            raise RequestError(str(err), RESOURCE_NOT_FOUND) from None
+        except CheckpointError as err:  # the workspace's store cannot open (a linked `.composer`)
+            raise RequestError(str(err)) from None
         events.session_id = session.id
         session.agent.ask = self._asker(session.id)
         self.sessions[session.id] = session

@@ -1,13 +1,16 @@
-"""A repository that ships `.composer` (or a folder in it) as a symbolic link cannot make Composer
-write its state outside the workspace: the checkpoint store, its object folders, the codebase
-index and the record of the agent's buffer edits refuse the link, say which, and write nothing
-where it points (agent/textfile.py `make_state_dir`)."""
+"""A repository that ships `.composer` (or a folder or file in it) as a symbolic link cannot make
+Composer write or delete its state outside the workspace: the checkpoint store, its object
+folders, its prune, the codebase index and the record of the agent's buffer edits refuse the
+link, say which, and touch nothing where it points (agent/textfile.py `make_state_dir`); a session
+there fails to start with that message, in `composer-agent run` as one line."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,6 +67,39 @@ def test_an_object_folder_shipped_as_a_link_is_never_written_through(planted):
     with pytest.raises(CheckpointError, match=f"{fan_out} is a symbolic link"):
         store.create("turn")
     assert list(outside.iterdir()) == []
+
+
+def test_a_prune_never_deletes_through_a_linked_object_folder(planted):
+    workspace, outside = planted
+    (outside / "victim").write_text("kept")
+    store = CheckpointStore(workspace)
+    store.create("first")
+    os.symlink(outside, store.store_dir / "objects" / "zz")  # planted after the store opened
+    store.prune(keep=0)
+    assert (outside / "victim").read_text() == "kept"
+    with pytest.raises(CheckpointError, match="zz is a symbolic link"):
+        CheckpointStore(workspace)  # and the next store refuses it
+
+
+@pytest.mark.parametrize("name", ["meta.sqlite", "vectors.0.f32"])
+def test_the_index_refuses_a_linked_file_in_its_folder(planted, name):
+    workspace, outside = planted
+    (outside / "victim").write_text("kept")
+    (workspace / ".composer" / "index").mkdir(parents=True)
+    os.symlink(outside / "victim", workspace / ".composer" / "index" / name)
+    with pytest.raises(OutsideWorkspaceError, match=f"{name} is a symbolic link"):
+        CodebaseIndex(workspace, HashingEmbedder(64)).update()
+    assert (outside / "victim").read_text() == "kept"
+
+
+def test_composer_agent_run_says_why_in_one_line(planted):
+    workspace, outside = planted
+    os.symlink(outside, workspace / ".composer")
+    proc = subprocess.run([sys.executable, "-m", "agent.cli", "run", "--workspace", str(workspace), "--endpoint",
+                           "http://127.0.0.1:9/v1", "--allow-unsandboxed", "hello"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "is a symbolic link" in proc.stderr and list(outside.iterdir()) == []
 
 
 def test_a_dangling_gitignore_link_is_not_followed(planted):

@@ -218,6 +218,11 @@ async def test_bad_session_requests_get_errors_that_name_the_problem(client, wor
         await client.protocol.send_request_async("session/new", {"cwd": str(workspace / "hello.py")})
     with pytest.raises(JsonRpcException, match="modeId"):
         await client.protocol.send_request_async("session/set_mode", {"sessionId": await _new(client, workspace)})
+    planted = workspace / "cloned"  # a repository that ships its `.composer` as a link out of it
+    planted.mkdir()
+    (planted / ".composer").symlink_to(workspace.parent)
+    with pytest.raises(JsonRpcException, match=r"\.composer is a symbolic link"):
+        await client.protocol.send_request_async("session/new", {"cwd": str(planted)})
     assert await _new(client, workspace)  # still serving
 
 
