@@ -124,6 +124,20 @@ describe('the session client', () => {
     expect(texts).toEqual(['first', 'second']); // rebuilt from the replay, not doubled
   });
 
+  it('on a new connection, reloads the session before undoing its last turn', async () => {
+    const { client } = setUp();
+    await client.prompt('first');
+    const again = new FakeConnection({
+      'session/load': () => ({ modes: MODES }),
+      'composer/rewind': () => ({ checkpointId: 'c1', buffers: { reverted: ['a.py'], refused: {} } }),
+    });
+    client.detach('stopped');
+    client.attach(again);
+    expect((await client.rewind()).buffers).toEqual({ reverted: ['a.py'], refused: {} });
+    expect(again.sent.map((r) => r.method)).toEqual(['session/load', 'composer/rewind']);
+    expect(currentSession(client.state)!.attached).toBe(true);
+  });
+
   it('detaching answers waiting questions and stops listening', async () => {
     const { conn, client } = setUp();
     await client.newSession();

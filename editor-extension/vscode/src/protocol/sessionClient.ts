@@ -338,6 +338,9 @@ export class SessionClient {
   async rewind(sessionId?: string, forget = false): Promise<RewindResult> {
     const id = sessionId ?? this.current.currentId;
     if (!id) throw new Error('There is no session to undo');
+    // After a server restart the server knows the session again once it is loaded; it still
+    // knows which open buffers hold the agent's edits, and takes those back too.
+    if (this.current.sessions[id]?.attached === false) await this.loadSession(id);
     const result = await this.request<RewindResult>(METHODS.rewind, forget ? { sessionId: id, conversation: true } : { sessionId: id });
     this.dispatch({ type: 'reviewStale', sessionId: id });
     const forgot = forget ? ' Composer forgot it: the next prompt goes on from before it.' : '';
