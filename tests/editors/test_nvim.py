@@ -51,6 +51,7 @@ SCRIPTS = {
     "forget_answer": [[{"text": "It prints hello."}]],
     "edit": [[{"text": "Changing the greeting.", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
     "undo_turn": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
+    "undo_after_restart": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
     "undo_saved": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
     "stale_edit": [[{"text": "Changing the greeting now, slowly.", "delay": 0.2, "tool_calls": [EDIT]},
                     {"text": "It changed under me."}]],

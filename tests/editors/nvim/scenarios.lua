@@ -300,6 +300,34 @@ function S.undo_turn()
   check(vim.deep_equal(lines(buf), { "print('hello')", '# mine, unsaved' }), 'nothing more changed')
 end
 
+function S.undo_after_restart()
+  -- The server stops with the agent's edit unsaved in the buffer (a crash, :LspRestart). The next
+  -- one reloads the chat's session without showing it twice, and still takes that edit back.
+  local buf, win = start()
+  vim.api.nvim_buf_set_lines(buf, 1, 1, false, { '# mine, unsaved' })
+  vim.cmd('ComposerChat say goodbye')
+  check(wait_turn(1).stopReason == 'end_turn', 'the turn ended')
+  local shown = chat_text()
+  local first = vim.lsp.get_clients({ name = 'composer', bufnr = buf })[1]
+  first:stop(true)
+  wait(START_MS, function()
+    return #vim.lsp.get_clients({ name = 'composer' }) == 0
+  end, 'the first server to stop')
+  vim.api.nvim_set_current_win(win)
+  local undone = undo('ComposerUndo') -- starts the next server, for the buffer's root
+  local second = vim.lsp.get_clients({ name = 'composer', bufnr = buf })[1]
+  check(second and second.id ~= first.id, 'a new server')
+  result.after_undo = lines(buf)
+  check(vim.deep_equal(undone.buffers.reverted, { 'hello.py' }), 'the buffer was put back')
+  check(
+    vim.deep_equal(lines(buf), { "print('hello')", '# mine, unsaved' }),
+    'your line stayed, the edit went'
+  )
+  check(chat_text():sub(1, #shown) == shown, 'the chat kept what it showed')
+  local _, asked = chat_text():gsub('say goodbye', '')
+  check(asked == 1, 'the reloaded conversation was not shown again')
+end
+
 function S.undo_saved()
   -- The agent's edit, saved with :w: the rewind rewrites the file, and the buffer follows it.
   local buf, win = start()

@@ -46,6 +46,11 @@ H.default_config = vim.deepcopy(Composer.config)
 
 --- Client id -> the chat's session id on that client.
 H.sessions = {}
+--- Root dir -> the chat's session there: a client started for the root after its server stopped
+--- (:LspRestart, a crash) reloads it, so the chat goes on with the conversation it shows.
+H.roots = {}
+--- Session id -> true while session/load replays it (the chat shows it already).
+H.reloading = {}
 --- Session id -> client id, while a turn started from here runs.
 H.running = {}
 --- Client id -> executeCommand turns in flight (their session ids come with the first update).
@@ -174,14 +179,13 @@ end
 --- :ComposerChanges: the changes of the chat session's last turn, hunk by hunk, to keep or undo
 --- (|composer-changes|).
 function Composer.changes()
-  local client, session_id = H.idle_session(
+  H.idle_session(
     'no chat session yet, so no changes to review',
-    'a turn is running; :ComposerChanges once it ends'
+    'a turn is running; :ComposerChanges once it ends',
+    function(client, session_id)
+      require('composer.changes').open(client, session_id, Composer.config.changes.open)
+    end
   )
-  if not client then
-    return
-  end
-  require('composer.changes').open(client, session_id, Composer.config.changes.open)
 end
 
 --- :ComposerUndo[!]: undoes the chat session's last turn (|:ComposerUndo|): the files go back to
@@ -189,46 +193,45 @@ end
 --- `forget` (the bang): the turn leaves the conversation too.
 ---@param forget? boolean
 function Composer.undo_turn(forget)
-  local client, session_id = H.idle_session(
+  H.idle_session(
     'no chat session yet, so no turn to undo',
-    'a turn is running; :ComposerCancel it first'
+    'a turn is running; :ComposerCancel it first',
+    function(client, session_id)
+      local params = { sessionId = session_id, conversation = forget or nil }
+      client:request('composer/rewind', params, function(err, result)
+        if err then
+          return H.notify('undo failed: ' .. err.message, vim.log.levels.ERROR)
+        end
+        local event = { pattern = 'ComposerUndone', modeline = false, data = result }
+        if result.checkpointId == vim.NIL or result.checkpointId == nil then -- nothing to rewind
+          H.chat().note('The last turn changed no file; Composer forgot it')
+          return vim.api.nvim_exec_autocmds('User', event)
+        end
+        local changes, buffers = result.changes or {}, result.buffers or {}
+        local restored =
+          vim.list_extend(vim.list_extend({}, changes.modified or {}), changes.added or {})
+        H.reload_saved(client.root_dir or vim.fn.getcwd(), restored)
+        local paths = #(changes.added or {}) + #(changes.modified or {}) + #(changes.deleted or {})
+        local reverted, backup = #(buffers.reverted or {}), tostring(result.backupCheckpointId)
+        local note = 'Undid the last turn: %d paths restored on disk, %d open buffers put back'
+          .. ' (`u` there undoes that); checkpoint %s holds the turn'
+        H.chat().note(note:format(paths, reverted, backup))
+        if result.forgotTurn then
+          H.chat().note('Composer forgot the turn: the next prompt goes on from before it')
+        end
+        local refused = {}
+        for path, why in pairs(buffers.refused or {}) do
+          refused[#refused + 1] = path .. ' (' .. why .. ')'
+        end
+        if #refused > 0 then
+          table.sort(refused)
+          local message = 'the disk is restored, but these buffers were not put back: '
+          H.notify(message .. table.concat(refused, '; '), vim.log.levels.WARN)
+        end
+        vim.api.nvim_exec_autocmds('User', event)
+      end)
+    end
   )
-  if not client then
-    return
-  end
-  local params = { sessionId = session_id, conversation = forget or nil }
-  client:request('composer/rewind', params, function(err, result)
-    if err then
-      return H.notify('undo failed: ' .. err.message, vim.log.levels.ERROR)
-    end
-    local event = { pattern = 'ComposerUndone', modeline = false, data = result }
-    if result.checkpointId == vim.NIL or result.checkpointId == nil then -- nothing to rewind
-      H.chat().note('The last turn changed no file; Composer forgot it')
-      return vim.api.nvim_exec_autocmds('User', event)
-    end
-    local changes, buffers = result.changes or {}, result.buffers or {}
-    local restored =
-      vim.list_extend(vim.list_extend({}, changes.modified or {}), changes.added or {})
-    H.reload_saved(client.root_dir or vim.fn.getcwd(), restored)
-    local paths = #(changes.added or {}) + #(changes.modified or {}) + #(changes.deleted or {})
-    local reverted, backup = #(buffers.reverted or {}), tostring(result.backupCheckpointId)
-    local note = 'Undid the last turn: %d paths restored on disk, %d open buffers put back (`u` there'
-      .. ' undoes that); checkpoint %s holds the turn'
-    H.chat().note(note:format(paths, reverted, backup))
-    if result.forgotTurn then
-      H.chat().note('Composer forgot the turn: the next prompt goes on from before it')
-    end
-    local refused = {}
-    for path, why in pairs(buffers.refused or {}) do
-      refused[#refused + 1] = path .. ' (' .. why .. ')'
-    end
-    if #refused > 0 then
-      table.sort(refused)
-      local message = 'the disk is restored, but these buffers were not put back: '
-      H.notify(message .. table.concat(refused, '; '), vim.log.levels.WARN)
-    end
-    vim.api.nvim_exec_autocmds('User', event)
-  end)
 end
 
 --- :ComposerMode {agent|review}: the chat session's mode.
@@ -257,7 +260,7 @@ function Composer.new_session()
       client:request('session/close', { sessionId = session_id }, function() end)
     end
   end
-  H.sessions = {}
+  H.sessions, H.roots = {}, {}
   H.chat().clear()
 end
 
@@ -312,6 +315,9 @@ end
 --- `session/update`: renders the update into the chat.
 function Composer.on_update(_, params, ctx)
   local update, session_id = params.update or {}, params.sessionId
+  if H.reloading[session_id] then
+    return -- the replay of a conversation the chat shows already
+  end
   if not H.running[session_id] and (H.commands[ctx.client_id] or 0) > 0 then
     H.running[session_id] = ctx.client_id -- the first sign of a command's turn
   end
@@ -455,32 +461,53 @@ end
 
 --- The client and id of the chat's session when none of its turns runs; nil, saying `none` when
 --- there is no session yet and `busy` while a turn runs.
-function H.idle_session(none, busy)
+function H.idle_session(none, busy, callback)
   local client = H.client()
   if not client then
-    return nil
+    return
   end
-  local session_id = H.sessions[client.id]
+  local session_id = H.sessions[client.id] or H.roots[client.root_dir]
   if not session_id then
     return H.notify(none, vim.log.levels.INFO)
   end
   if H.running[session_id] then
     return H.notify(busy, vim.log.levels.WARN)
   end
-  return client, session_id
+  H.session(client, function(id)
+    callback(client, id)
+  end)
 end
 
---- Calls `callback(session_id)` with the chat's session on `client`, made on first use.
+--- Calls `callback(session_id)` with the chat's session on `client`: the one it has, else the
+--- chat's session of the same root on a server that stopped, reloaded (session/load: the server
+--- knows it again, the agent's unsaved buffer edits included, and its replay is not shown twice),
+--- else a new one.
 function H.session(client, callback)
   local session_id = H.sessions[client.id]
   if session_id then
     return callback(session_id)
   end
+  local earlier = H.roots[client.root_dir]
+  if earlier then
+    H.reloading[earlier] = true
+    local params = { sessionId = earlier, cwd = client.root_dir, mcpServers = {} }
+    return client:request('session/load', params, function(err)
+      H.reloading[earlier] = nil
+      H.roots[client.root_dir] = nil
+      if err then
+        local why = 'could not reopen the chat session (' .. err.message .. '); starting a new one'
+        H.notify(why, vim.log.levels.WARN)
+        return H.session(client, callback)
+      end
+      H.sessions[client.id], H.roots[client.root_dir] = earlier, earlier
+      callback(earlier)
+    end)
+  end
   client:request('session/new', { cwd = client.root_dir, mcpServers = {} }, function(err, result)
     if err then
       return H.notify('session/new failed: ' .. err.message, vim.log.levels.ERROR)
     end
-    H.sessions[client.id] = result.sessionId
+    H.sessions[client.id], H.roots[client.root_dir] = result.sessionId, result.sessionId
     callback(result.sessionId)
   end)
 end
