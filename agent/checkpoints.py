@@ -73,7 +73,7 @@ from typing import NamedTuple
 
 from agent.checkpoint_records import Changes, Checkpoint, PruneResult, RestoreResult, StoredFile
 from agent.exceptions import OutsideWorkspaceError
-from agent.object_store import CheckpointCorrupt, CheckpointError, ObjectStore
+from agent.object_store import CheckpointCorrupt, CheckpointError, ObjectStore, refuse_links
 from agent.store_lock import StoreLock, process_lock
 from agent.textfile import atomic_write, make_state_dir
 
@@ -180,13 +180,13 @@ class CheckpointStore:
         with self._writing("record a checkpoint", "the checkpoints before it are intact"), self._store_lock.shared():
             started = time.perf_counter()
             scanned_ns = time.time_ns()
+            refuse_links(self.store_dir)
             scan, root = self._scan(store=True)
             cp = Checkpoint(
                 id=f"{scanned_ns // 1000:016d}-{secrets.token_hex(3)}", label=label,
                 created=scanned_ns / 1e9, root=root, scanned_ns=scanned_ns, files=scan.files,
                 bytes=scan.bytes, new_objects=scan.new_objects, new_bytes=scan.new_bytes,
-                seconds=round(time.perf_counter() - started, 4), skipped=tuple(scan.skipped),
-            )
+                seconds=round(time.perf_counter() - started, 4), skipped=tuple(scan.skipped))
             if buffers:
                 atomic_write(self._buffer_file(cp.id), zlib.compress(json.dumps(dict(buffers)).encode()),
                              mode=0o600, durable=False)
@@ -297,6 +297,7 @@ class CheckpointStore:
         """Forgets one checkpoint (its objects go at the next prune)."""
         with self._lock:
             self.get(checkpoint_id)  # raises for unknown ids
+            refuse_links(self.store_dir)
             self._drop_ref(checkpoint_id)
 
     def _drop_ref(self, checkpoint_id: str) -> None:
@@ -319,6 +320,7 @@ class CheckpointStore:
         with self._lock, self._store_lock.exclusive(wait) as held:
             if not held:
                 return None
+            refuse_links(self.store_dir)
             checkpoints = self.list()
             doomed = checkpoints[: max(0, len(checkpoints) - keep)]
             live: set[str] = set()

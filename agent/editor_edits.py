@@ -49,8 +49,9 @@ class BufferEditRecord:
         self.root = Path(root)
         self._path = self.root / ".composer" / RECORD_NAME
         self._known: dict[str, str] | None = None
-        self._read_at: int | None = None
-        """The record's mtime (ns) when last read or written here: a close reads it only if it changed."""
+        self._read_at: tuple[int, int] | None = None
+        """The record's (mtime in ns, inode) when last read or written here: a close reads it only
+        if it changed (each write is a new file, so the inode tells even within one mtime tick)."""
         self._warned = False
 
     def holds_last_edit(self, rel: str, text: str) -> bool | None:
@@ -73,7 +74,7 @@ class BufferEditRecord:
     def forget(self, rel: str) -> None:
         """The buffer closed: its unsaved text, the agent's edit with it, is gone. Most closes
         cost a stat: the record is read again only when another server wrote it since."""
-        if rel in self._load() or self._mtime() != self._read_at:
+        if rel in self._load() or self._stamp() != self._read_at:
             self._change(rel, None)
 
     def _change(self, rel: str, value: str | None) -> None:
@@ -92,7 +93,7 @@ class BufferEditRecord:
                     on_disk = dict(list(on_disk.items())[-MAX_ENTRIES:])
                     data = json.dumps({"version": FORMAT_VERSION, "buffers": on_disk})
                     atomic_write(self._path, data.encode(), durable=False)
-                    self._read_at = self._mtime()
+                    self._read_at = self._stamp()
                 self._known = on_disk  # what every server of the workspace knows now
         except (OSError, WorkspaceError) as err:  # read-only, or `.composer` a link: known for this server's life
             self._warn(f"could not record the agent's editor edit in {self._path}: {err}")
@@ -102,14 +103,15 @@ class BufferEditRecord:
             self._known = self._read()
         return self._known
 
-    def _mtime(self) -> int | None:
+    def _stamp(self) -> tuple[int, int] | None:
         try:
-            return self._path.stat().st_mtime_ns
+            stat = self._path.stat()
         except OSError:
             return None
+        return stat.st_mtime_ns, stat.st_ino
 
     def _read(self) -> dict[str, str]:
-        self._read_at = self._mtime()
+        self._read_at = self._stamp()
         try:
             record = json.loads(self._path.read_text())
         except FileNotFoundError:

@@ -76,6 +76,8 @@ class ObjectStore:
             if not folder.is_dir(follow_symlinks=False):
                 continue  # never into a link: what it points at is not the store's
             for entry in os.scandir(folder.path):
+                if entry.is_dir(follow_symlinks=False):
+                    continue  # not an object: nothing the store wrote
                 if folder.name + entry.name not in live:
                     freed += entry.stat(follow_symlinks=False).st_size
                     os.unlink(entry.path)  # a link itself, not what it points at
@@ -92,3 +94,13 @@ def refuse_link(path: Path) -> None:
     if path.is_symlink():
         raise CheckpointError(f"{path} is a symbolic link (to {os.readlink(path)}); the checkpoint store "
                               "writes and deletes nothing outside its folder: remove the link")
+
+
+def refuse_links(store_dir: Path) -> None:
+    """Before the store writes or deletes: its folder, or one in it, may have become a link since
+    it opened (`store_dir` was resolved then), for example by a checkout."""
+    if (now := os.path.realpath(store_dir)) != str(store_dir):
+        raise CheckpointError(f"{store_dir} leads to {now} now, through a symbolic link; the checkpoint "
+                              "store writes and deletes nothing outside its folder: remove the link")
+    for folder in ("refs", "buffers", "objects"):
+        refuse_link(store_dir / folder)

@@ -159,6 +159,7 @@ class SessionHub:
         self.peer, self.settings, self.client = peer, settings, client
         self.workspace_for = workspace_for or Workspace
         self.sessions: dict[str, Session] = {}
+        self._loading: set[str] = set()
         self.modes: dict[str, str] = {}
         self._base_permissions: dict[str, Any] = {}
         self._turns: dict[str, asyncio.Task] = {}
@@ -205,9 +206,13 @@ class SessionHub:
     async def load_session(self, params: Any) -> dict[str, Any]:
         """Reopens a logged session: replays its history as session/update, then answers."""
         session_id = _field(params, "sessionId", str)
-        if session_id in self.sessions:
+        if session_id in self.sessions or session_id in self._loading:
             raise RequestError(f"session {session_id} is already open on this connection")
-        session, history = await self._open(params, session_id)
+        self._loading.add(session_id)  # a second load while this one reads the log is refused too
+        try:
+            session, history = await self._open(params, session_id)
+        finally:
+            self._loading.discard(session_id)
         for update in history:
             await self.peer.notify("session/update", {"sessionId": session.id, "update": update})
         return {"modes": self._modes(session.id)}

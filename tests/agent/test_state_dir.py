@@ -81,6 +81,35 @@ def test_a_prune_never_deletes_through_a_linked_object_folder(planted):
         CheckpointStore(workspace)  # and the next store refuses it
 
 
+def test_a_prune_leaves_a_folder_it_did_not_write_in_an_object_folder(planted):
+    workspace, _ = planted
+    store = CheckpointStore(workspace)
+    store.create("first")
+    stray = store.store_dir / "objects" / "zz" / "stray"
+    stray.mkdir(parents=True)
+    store.prune(keep=0)
+    assert stray.is_dir()
+
+
+@pytest.mark.parametrize("folder", ["buffers", "refs"])
+def test_a_store_folder_linked_after_it_opened_is_refused_before_any_write(planted, folder):
+    workspace, outside = planted
+    store = CheckpointStore(workspace)
+    store.create("first")
+    target = store.store_dir / folder
+    if target.exists():
+        for path in target.iterdir():
+            path.rename(outside / path.name)  # what the checkout moved away; it must stay there
+        target.rmdir()
+    before = sorted(p.name for p in outside.iterdir())
+    os.symlink(outside, target)
+    with pytest.raises(CheckpointError, match=f"{folder} is a symbolic link"):
+        store.create("second", {"main.py": "unsaved"})
+    with pytest.raises(CheckpointError, match=f"{folder} is a symbolic link"):
+        store.prune(keep=0)
+    assert sorted(p.name for p in outside.iterdir()) == before
+
+
 @pytest.mark.parametrize("name", ["meta.sqlite", "vectors.0.f32"])
 def test_the_index_refuses_a_linked_file_in_its_folder(planted, name):
     workspace, outside = planted

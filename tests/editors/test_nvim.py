@@ -52,6 +52,8 @@ SCRIPTS = {
     "edit": [[{"text": "Changing the greeting.", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
     "undo_turn": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
     "undo_after_restart": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
+    "restart_mid_turn": [[{"text": " ".join(["word"] * 200), "delay": 0.05}],
+                         [{"text": "Answered after the restart."}]],
     "undo_saved": [[{"text": "", "tool_calls": [EDIT]}, {"text": "Changed it."}]],
     "stale_edit": [[{"text": "Changing the greeting now, slowly.", "delay": 0.2, "tool_calls": [EDIT]},
                     {"text": "It changed under me."}]],

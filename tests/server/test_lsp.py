@@ -175,8 +175,11 @@ async def test_list_and_load_replay_a_logged_session(client, workspace, model, t
 
     other = await start_client(workspace, model.url, tmp_path / "logs")
     try:
-        await other.protocol.send_request_async("session/load", {"sessionId": session_id, "cwd": str(workspace),
-                                                                 "mcpServers": []})
+        params = {"sessionId": session_id, "cwd": str(workspace), "mcpServers": []}
+        loads = await asyncio.gather(*(other.protocol.send_request_async("session/load", params) for _ in range(2)),
+                                     return_exceptions=True)  # an editor asking twice while it loads
+        [refused] = [r for r in loads if isinstance(r, JsonRpcException)]
+        assert "already open" in str(refused)
         kinds = [u["update"]["sessionUpdate"] for u in other.updates]
         assert kinds[0] == "user_message_chunk" and other.text_of("user_message_chunk") == "say goodbye"
         assert "tool_call" in kinds and other.text_of() == "Changed it."

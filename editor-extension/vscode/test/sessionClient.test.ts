@@ -138,6 +138,26 @@ describe('the session client', () => {
     expect(currentSession(client.state)!.attached).toBe(true);
   });
 
+  it('an undo and a prompt sent while the session reloads wait for the one load', async () => {
+    const { client } = setUp();
+    await client.prompt('first');
+    let replied!: () => void;
+    const again = new FakeConnection({
+      'session/load': () => new Promise((resolve) => { replied = () => resolve({ modes: MODES }); }),
+      'composer/rewind': () => ({ checkpointId: 'c1' }),
+      'session/prompt': () => ({ stopReason: 'end_turn' }),
+    });
+    client.detach('stopped');
+    client.attach(again);
+    const undone = client.rewind();
+    const prompted = client.prompt('second');
+    await new Promise((r) => setTimeout(r, 0));
+    expect(again.sent.map((r) => r.method)).toEqual(['session/load']); // nothing before the load answers
+    replied();
+    await Promise.all([undone, prompted]);
+    expect(again.sent.map((r) => r.method).sort()).toEqual(['composer/rewind', 'session/load', 'session/prompt']);
+  });
+
   it('detaching answers waiting questions and stops listening', async () => {
     const { conn, client } = setUp();
     await client.newSession();
@@ -462,6 +482,16 @@ describe('reviewing a turn\'s changes hunk by hunk', () => {
     await client.prompt('again');
     await expect(client.reviewChanges(first)).rejects.toThrow('earlier turn');
     await expect(client.reviewChanges('nope')).rejects.toThrow('no changes to review');
+  });
+
+  it('after a server restart, a listing is not reviewed against the new server', async () => {
+    const { client, review } = await changed();
+    client.detach('stopped');
+    const again = new FakeConnection({ 'session/load': () => ({ modes: MODES }) });
+    client.attach(again);
+    await expect(client.reviewChanges(review().id)).rejects.toThrow('The server restarted');
+    await expect(client.reviewHunks(review().id, 'undo', [{ path: 'a.py', index: 1 }])).rejects.toThrow();
+    expect(again.sent).toEqual([]);
   });
 
   it('an undone turn (composer/rewind) leaves nothing to review', async () => {

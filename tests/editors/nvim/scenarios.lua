@@ -328,6 +328,25 @@ function S.undo_after_restart()
   check(asked == 1, 'the reloaded conversation was not shown again')
 end
 
+function S.restart_mid_turn()
+  -- The server dies while a turn streams (a crash, :LspRestart on a hung turn): the turn ends in
+  -- the chat, and the next prompt reloads the session and is answered.
+  local buf, win = start()
+  vim.cmd('ComposerChat talk')
+  wait(20000, function()
+    return select(2, chat_text():gsub('word', '')) >= 3
+  end, 'the slow reply to stream')
+  vim.lsp.get_clients({ name = 'composer', bufnr = buf })[1]:stop(true)
+  wait(START_MS, function()
+    return #vim.lsp.get_clients({ name = 'composer' }) == 0
+  end, 'the server to stop')
+  vim.api.nvim_set_current_win(win)
+  vim.cmd('ComposerChat and now?')
+  check(wait_turn(1).error == 'the server stopped during the turn', 'the cut turn ended')
+  check(wait_turn(2).stopReason == 'end_turn', 'the next prompt was answered')
+  check(chat_text():find('Answered after the restart.', 1, true), 'in the chat')
+end
+
 function S.undo_saved()
   -- The agent's edit, saved with :w: the rewind rewrites the file, and the buffer follows it.
   local buf, win = start()

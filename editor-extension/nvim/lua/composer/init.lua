@@ -51,6 +51,9 @@ H.sessions = {}
 H.roots = {}
 --- Session id -> true while session/load replays it (the chat shows it already).
 H.reloading = {}
+--- Root dir -> { client_id, session?, callbacks } while the chat's session there is made or
+--- reloaded on that client: later calls wait for it.
+H.pending = {}
 --- Session id -> client id, while a turn started from here runs.
 H.running = {}
 --- Client id -> executeCommand turns in flight (their session ids come with the first update).
@@ -92,7 +95,7 @@ function Composer.prompt(text, client)
     return
   end
   H.session(client, function(session_id)
-    if H.running[session_id] then
+    if H.is_running(session_id) then
       return H.notify('still answering; :ComposerCancel first', vim.log.levels.WARN)
     end
     H.chat().text(text, 'user')
@@ -164,7 +167,7 @@ end
 function Composer.cancel()
   local any = false
   for session_id, client_id in pairs(H.running) do
-    local client = vim.lsp.get_client_by_id(client_id)
+    local client = H.is_running(session_id) and vim.lsp.get_client_by_id(client_id)
     if client then
       client:notify('session/cancel', { sessionId = session_id })
       require('composer.permission').withdraw(session_id, 'the turn was cancelled')
@@ -260,7 +263,7 @@ function Composer.new_session()
       client:request('session/close', { sessionId = session_id }, function() end)
     end
   end
-  H.sessions, H.roots = {}, {}
+  H.sessions, H.roots, H.pending, H.reloading = {}, {}, {}, {}
   H.chat().clear()
 end
 
@@ -459,18 +462,19 @@ function H.reload_saved(root, paths)
   end
 end
 
---- The client and id of the chat's session when none of its turns runs; nil, saying `none` when
---- there is no session yet and `busy` while a turn runs.
+--- Calls `callback(client, session_id)` with the chat's session when none of its turns runs
+--- (reloaded after a restart, |H.session|); says `none` when there is no session yet and `busy`
+--- while a turn runs.
 function H.idle_session(none, busy, callback)
   local client = H.client()
   if not client then
     return
   end
-  local session_id = H.sessions[client.id] or H.roots[client.root_dir]
+  local session_id = H.sessions[client.id] or H.roots[H.root(client)]
   if not session_id then
     return H.notify(none, vim.log.levels.INFO)
   end
-  if H.running[session_id] then
+  if H.is_running(session_id) then
     return H.notify(busy, vim.log.levels.WARN)
   end
   H.session(client, function(id)
@@ -478,38 +482,86 @@ function H.idle_session(none, busy, callback)
   end)
 end
 
+--- Whether a turn of `session_id` started from here still runs. One whose server stopped (a
+--- crash, :LspRestart) never answers: it ends here, noted in the chat.
+function H.is_running(session_id)
+  local client_id = H.running[session_id]
+  local client = client_id and vim.lsp.get_client_by_id(client_id)
+  if client_id and (not client or client:is_stopped()) then
+    H.done(session_id, { message = 'the server stopped during the turn' })
+    return false
+  end
+  return client_id ~= nil
+end
+
+--- The key of `client`'s root in H.roots (a client may have none: the server's own directory).
+function H.root(client)
+  return client.root_dir or ''
+end
+
 --- Calls `callback(session_id)` with the chat's session on `client`: the one it has, else the
 --- chat's session of the same root on a server that stopped, reloaded (session/load: the server
 --- knows it again, the agent's unsaved buffer edits included, and its replay is not shown twice),
---- else a new one.
+--- else a new one. Calls made meanwhile wait for the same session.
 function H.session(client, callback)
-  local session_id = H.sessions[client.id]
+  local session_id, root = H.sessions[client.id], H.root(client)
   if session_id then
     return callback(session_id)
   end
-  local earlier = H.roots[client.root_dir]
-  if earlier then
-    H.reloading[earlier] = true
-    local params = { sessionId = earlier, cwd = client.root_dir, mcpServers = {} }
-    return client:request('session/load', params, function(err)
-      H.reloading[earlier] = nil
-      H.roots[client.root_dir] = nil
-      if err then
-        local why = 'could not reopen the chat session (' .. err.message .. '); starting a new one'
-        H.notify(why, vim.log.levels.WARN)
-        return H.session(client, callback)
-      end
-      H.sessions[client.id], H.roots[client.root_dir] = earlier, earlier
-      callback(earlier)
-    end)
+  local queue = H.pending[root]
+  if queue and queue.client_id == client.id then
+    table.insert(queue.callbacks, callback)
+    return
+  elseif queue and queue.session then -- loading on a client that stopped: no answer comes
+    H.reloading[queue.session] = nil
   end
-  client:request('session/new', { cwd = client.root_dir, mcpServers = {} }, function(err, result)
-    if err then
-      return H.notify('session/new failed: ' .. err.message, vim.log.levels.ERROR)
+  queue = { client_id = client.id, callbacks = { callback } }
+  H.pending[root] = queue
+  local function settle(id)
+    if H.pending[root] == queue then
+      H.pending[root] = nil
     end
-    H.sessions[client.id], H.roots[client.root_dir] = result.sessionId, result.sessionId
-    callback(result.sessionId)
+    if id then
+      H.sessions[client.id], H.roots[root] = id, id
+      for _, waiter in ipairs(queue.callbacks) do
+        waiter(id)
+      end
+    end
+  end
+  local function create()
+    local params = { cwd = client.root_dir, mcpServers = {} }
+    local sent = client:request('session/new', params, function(err, result)
+      if err then
+        H.notify('session/new failed: ' .. err.message, vim.log.levels.ERROR)
+      end
+      settle(not err and result.sessionId)
+    end)
+    if not sent then
+      H.notify('session/new failed: the server is not running', vim.log.levels.ERROR)
+      settle(nil)
+    end
+  end
+  local earlier = H.roots[root]
+  if not earlier then
+    return create()
+  end
+  H.reloading[earlier], queue.session = true, earlier
+  local params = { sessionId = earlier, cwd = client.root_dir, mcpServers = {} }
+  local sent = client:request('session/load', params, function(err)
+    H.reloading[earlier] = nil
+    if not err then
+      return settle(earlier)
+    end
+    H.roots[root] = nil
+    local why = 'could not reopen the chat session (' .. err.message .. '); starting a new one'
+    H.notify(why, vim.log.levels.WARN)
+    create()
   end)
+  if not sent then
+    H.reloading[earlier] = nil
+    H.notify('could not reopen the chat session: the server is not running', vim.log.levels.ERROR)
+    settle(nil)
+  end
 end
 
 --- A turn ended: note how in the chat, and fire `User ComposerTurnDone`.

@@ -86,6 +86,8 @@ export class SessionClient {
   /** What a server command turn is about, shown as its first message once its session appears. */
   private commandLabels: string[] = [];
   private creating: Promise<string> | null = null;
+  /** Session id -> its session/load under way: requests about the session wait for it. */
+  private loads = new Map<string, Promise<void>>();
 
   constructor(private readonly options: SessionClientOptions = {}) {
     this.current = initialState(options.mode ?? 'agent');
@@ -137,6 +139,7 @@ export class SessionClient {
   detach(status: ServerStatus = 'stopped', message?: string): void {
     for (const s of this.subscriptions.splice(0)) s.dispose();
     this.conn = null;
+    this.loads.clear(); // loads on that connection: the next one loads again
     for (const [requestId, w] of [...this.waiting]) this.finish(requestId, w, { cancelled: 'the server stopped' }, false);
     this.dispatch({ type: 'server', status, message: message ?? null });
   }
@@ -262,12 +265,26 @@ export class SessionClient {
       this.creating ??= this.newSession().finally(() => { this.creating = null; });
       return this.creating;
     }
-    if (!s.attached) await this.loadSession(s.id);
+    await this.loaded(s.id);
     return s.id;
+  }
+
+  /** Resolves once the server knows `sessionId`: after its load under way, or a load started here
+   * when the session is detached (the server restarted since). */
+  private async loaded(sessionId: string): Promise<void> {
+    const loading = this.loads.get(sessionId);
+    if (loading) return loading;
+    if (this.current.sessions[sessionId]?.attached === false) await this.loadSession(sessionId);
   }
 
   /** Reopens a logged session: the server replays its history into the chat. */
   async loadSession(sessionId: string): Promise<void> {
+    const loading = this.loads.get(sessionId) ?? this.load(sessionId).finally(() => this.loads.delete(sessionId));
+    this.loads.set(sessionId, loading);
+    return loading;
+  }
+
+  private async load(sessionId: string): Promise<void> {
     const conn = this.connection();
     const before = this.current.sessions[sessionId];
     this.dispatch({ type: 'opened', sessionId, loading: true, cwd: this.options.cwd ?? before?.cwd ?? null });
@@ -340,7 +357,7 @@ export class SessionClient {
     if (!id) throw new Error('There is no session to undo');
     // After a server restart the server knows the session again once it is loaded; it still
     // knows which open buffers hold the agent's edits, and takes those back too.
-    if (this.current.sessions[id]?.attached === false) await this.loadSession(id);
+    await this.loaded(id);
     const result = await this.request<RewindResult>(METHODS.rewind, forget ? { sessionId: id, conversation: true } : { sessionId: id });
     this.dispatch({ type: 'reviewStale', sessionId: id });
     const forgot = forget ? ' Composer forgot it: the next prompt goes on from before it.' : '';
@@ -374,6 +391,8 @@ export class SessionClient {
     };
     if (item.stale) refuse('These changes are from an earlier turn: review the last one');
     if (s.running || s.loading) refuse('Wait for the turn to end before reviewing its changes');
+    // the listing's hunks are the last server's: after a restart, Undo takes the turn back whole
+    if (!s.attached) refuse('The server restarted since these changes were listed: Undo takes the turn back whole');
     return { sessionId: s.id, item };
   }
 
