@@ -177,10 +177,10 @@ class CheckpointStore:
             return cp
 
     def _record(self, label: str, buffers: Mapping[str, str]) -> Checkpoint:
+        refuse_links(self.store_dir)  # before the lock file is opened in it
         with self._writing("record a checkpoint", "the checkpoints before it are intact"), self._store_lock.shared():
             started = time.perf_counter()
             scanned_ns = time.time_ns()
-            refuse_links(self.store_dir)
             scan, root = self._scan(store=True)
             cp = Checkpoint(
                 id=f"{scanned_ns // 1000:016d}-{secrets.token_hex(3)}", label=label,
@@ -317,10 +317,10 @@ class CheckpointStore:
 
     def _prune(self, keep: int, wait: bool) -> PruneResult | None:
         """The prune, or None when `wait` is False and another holds the store's lock."""
+        refuse_links(self.store_dir)
         with self._lock, self._store_lock.exclusive(wait) as held:
             if not held:
                 return None
-            refuse_links(self.store_dir)
             checkpoints = self.list()
             doomed = checkpoints[: max(0, len(checkpoints) - keep)]
             live: set[str] = set()

@@ -81,6 +81,18 @@ def test_a_prune_never_deletes_through_a_linked_object_folder(planted):
         CheckpointStore(workspace)  # and the next store refuses it
 
 
+def test_a_store_whose_folder_became_a_link_writes_nothing_there(planted):
+    workspace, outside = planted
+    store = CheckpointStore(workspace)
+    store.create("first")
+    store.store_dir.rename(workspace / "moved-away")
+    os.symlink(outside, store.store_dir)  # a checkout put a link where the store's folder was
+    for act in (lambda: store.create("second"), lambda: store.prune(keep=0)):
+        with pytest.raises(CheckpointError, match="through a symbolic link"):
+            act()
+    assert list(outside.iterdir()) == [], "not even the lock file"
+
+
 def test_a_prune_leaves_a_folder_it_did_not_write_in_an_object_folder(planted):
     workspace, _ = planted
     store = CheckpointStore(workspace)

@@ -518,9 +518,10 @@ function H.session(client, callback)
   queue = { client_id = client.id, callbacks = { callback } }
   H.pending[root] = queue
   local function settle(id)
-    if H.pending[root] == queue then
-      H.pending[root] = nil
+    if H.pending[root] ~= queue then
+      return -- :ComposerNew emptied the chat meanwhile: what was asked for it is dropped
     end
+    H.pending[root] = nil
     if id then
       H.sessions[client.id], H.roots[root] = id, id
       for _, waiter in ipairs(queue.callbacks) do

@@ -279,7 +279,9 @@ export class SessionClient {
 
   /** Reopens a logged session: the server replays its history into the chat. */
   async loadSession(sessionId: string): Promise<void> {
-    const loading = this.loads.get(sessionId) ?? this.load(sessionId).finally(() => this.loads.delete(sessionId));
+    const loading: Promise<void> = this.loads.get(sessionId) ?? this.load(sessionId).finally(() => {
+      if (this.loads.get(sessionId) === loading) this.loads.delete(sessionId); // not a later connection's
+    });
     this.loads.set(sessionId, loading);
     return loading;
   }
