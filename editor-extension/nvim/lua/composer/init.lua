@@ -44,16 +44,8 @@ Composer.config = {
 
 H.default_config = vim.deepcopy(Composer.config)
 
---- Client id -> the chat's session id on that client.
-H.sessions = {}
---- Root dir -> the chat's session there: a client started for the root after its server stopped
---- (:LspRestart, a crash) reloads it, so the chat goes on with the conversation it shows.
-H.roots = {}
---- Session id -> true while session/load replays it (the chat shows it already).
-H.reloading = {}
---- Root dir -> { client_id, session?, callbacks } while the chat's session there is made or
---- reloaded on that client: later calls wait for it.
-H.pending = {}
+--- The chat's session on each client, made or reloaded on first use (composer/sessions.lua).
+H.sessions = require('composer.sessions')
 --- Session id -> client id, while a turn started from here runs.
 H.running = {}
 --- Client id -> executeCommand turns in flight (their session ids come with the first update).
@@ -94,7 +86,7 @@ function Composer.prompt(text, client)
   if not client then
     return
   end
-  H.session(client, function(session_id)
+  H.sessions.get(client, function(session_id)
     if H.is_running(session_id) then
       return H.notify('still answering; :ComposerCancel first', vim.log.levels.WARN)
     end
@@ -244,7 +236,7 @@ function Composer.set_mode(mode)
   if not client then
     return
   end
-  H.session(client, function(session_id)
+  H.sessions.get(client, function(session_id)
     local params = { sessionId = session_id, modeId = mode }
     client:request('session/set_mode', params, function(err)
       if err then
@@ -257,13 +249,13 @@ end
 
 --- :ComposerNew: closes the chat's session and empties the chat; the next prompt starts anew.
 function Composer.new_session()
-  for client_id, session_id in pairs(H.sessions) do
+  for client_id, session_id in pairs(H.sessions.by_client) do
     local client = vim.lsp.get_client_by_id(client_id)
     if client and not H.running[session_id] then
       client:request('session/close', { sessionId = session_id }, function() end)
     end
   end
-  H.sessions, H.roots, H.pending, H.reloading = {}, {}, {}, {}
+  H.sessions.reset()
   H.chat().clear()
 end
 
@@ -318,7 +310,7 @@ end
 --- `session/update`: renders the update into the chat.
 function Composer.on_update(_, params, ctx)
   local update, session_id = params.update or {}, params.sessionId
-  if H.reloading[session_id] then
+  if H.sessions.reloading[session_id] then
     return -- the replay of a conversation the chat shows already
   end
   if not H.running[session_id] and (H.commands[ctx.client_id] or 0) > 0 then
@@ -463,21 +455,21 @@ function H.reload_saved(root, paths)
 end
 
 --- Calls `callback(client, session_id)` with the chat's session when none of its turns runs
---- (reloaded after a restart, |H.session|); says `none` when there is no session yet and `busy`
---- while a turn runs.
+--- (reloaded after a restart: composer/sessions.lua); says `none` when there is no session yet
+--- and `busy` while a turn runs.
 function H.idle_session(none, busy, callback)
   local client = H.client()
   if not client then
     return
   end
-  local session_id = H.sessions[client.id] or H.roots[H.root(client)]
+  local session_id = H.sessions.of(client)
   if not session_id then
     return H.notify(none, vim.log.levels.INFO)
   end
   if H.is_running(session_id) then
     return H.notify(busy, vim.log.levels.WARN)
   end
-  H.session(client, function(id)
+  H.sessions.get(client, function(id)
     callback(client, id)
   end)
 end
@@ -494,77 +486,6 @@ function H.is_running(session_id)
   return client_id ~= nil
 end
 
---- The key of `client`'s root in H.roots (a client may have none: the server's own directory).
-function H.root(client)
-  return client.root_dir or ''
-end
-
---- Calls `callback(session_id)` with the chat's session on `client`: the one it has, else the
---- chat's session of the same root on a server that stopped, reloaded (session/load: the server
---- knows it again, the agent's unsaved buffer edits included, and its replay is not shown twice),
---- else a new one. Calls made meanwhile wait for the same session.
-function H.session(client, callback)
-  local session_id, root = H.sessions[client.id], H.root(client)
-  if session_id then
-    return callback(session_id)
-  end
-  local queue = H.pending[root]
-  if queue and queue.client_id == client.id then
-    table.insert(queue.callbacks, callback)
-    return
-  elseif queue and queue.session then -- loading on a client that stopped: no answer comes
-    H.reloading[queue.session] = nil
-  end
-  queue = { client_id = client.id, callbacks = { callback } }
-  H.pending[root] = queue
-  local function settle(id)
-    if H.pending[root] ~= queue then
-      return -- :ComposerNew emptied the chat meanwhile: what was asked for it is dropped
-    end
-    H.pending[root] = nil
-    if id then
-      H.sessions[client.id], H.roots[root] = id, id
-      for _, waiter in ipairs(queue.callbacks) do
-        waiter(id)
-      end
-    end
-  end
-  local function create()
-    local params = { cwd = client.root_dir, mcpServers = {} }
-    local sent = client:request('session/new', params, function(err, result)
-      if err then
-        H.notify('session/new failed: ' .. err.message, vim.log.levels.ERROR)
-      end
-      settle(not err and result.sessionId)
-    end)
-    if not sent then
-      H.notify('session/new failed: the server is not running', vim.log.levels.ERROR)
-      settle(nil)
-    end
-  end
-  local earlier = H.roots[root]
-  if not earlier then
-    return create()
-  end
-  H.reloading[earlier], queue.session = true, earlier
-  local params = { sessionId = earlier, cwd = client.root_dir, mcpServers = {} }
-  local sent = client:request('session/load', params, function(err)
-    H.reloading[earlier] = nil
-    if not err then
-      return settle(earlier)
-    end
-    H.roots[root] = nil
-    local why = 'could not reopen the chat session (' .. err.message .. '); starting a new one'
-    H.notify(why, vim.log.levels.WARN)
-    create()
-  end)
-  if not sent then
-    H.reloading[earlier] = nil
-    H.notify('could not reopen the chat session: the server is not running', vim.log.levels.ERROR)
-    settle(nil)
-  end
-end
-
 --- A turn ended: note how in the chat, and fire `User ComposerTurnDone`.
 function H.done(session_id, err, result)
   local stop = err and 'error' or (result and result.stopReason) or 'unknown'
@@ -574,7 +495,8 @@ function H.done(session_id, err, result)
   end
   H.chat().note(err and ('error: ' .. tostring(err.message)) or stop)
   local meta = type(result) == 'table' and type(result._meta) == 'table' and result._meta.composer
-  local chat_session = session_id and vim.tbl_contains(vim.tbl_values(H.sessions), session_id)
+  local chats = vim.tbl_values(H.sessions.by_client)
+  local chat_session = session_id and vim.tbl_contains(chats, session_id)
   if chat_session and type(meta) == 'table' and type(meta.checkpoint) == 'string' then
     -- The chat's session only: :ComposerChanges reviews its turns (not :ComposerFix's).
     H.chat().note('Changes: :ComposerChanges to keep or undo them')
