@@ -19,7 +19,7 @@ import os
 import zlib
 from pathlib import Path
 
-from agent.textfile import atomic_write
+from agent.textfile import atomic_write, refuse_link
 
 
 class CheckpointError(Exception):
@@ -36,7 +36,7 @@ class ObjectStore:
         self.compress_level = compress_level
         directory.mkdir(parents=True, exist_ok=True)
         for entry in os.scandir(directory):  # 256 folders at most
-            refuse_link(Path(entry.path))
+            refuse_link(Path(entry.path), CheckpointError)
 
     def path(self, digest: str) -> Path:
         return self.directory / digest[:2] / digest[2:]
@@ -46,7 +46,7 @@ class ObjectStore:
         path = self.path(digest)
         if path.exists():
             return 0
-        refuse_link(path.parent)  # a fan-out folder linked since the store opened
+        refuse_link(path.parent, CheckpointError)  # a fan-out folder linked since the store opened
         packed = zlib.compress(data, self.compress_level)
         atomic_write(path, packed, mode=0o644, durable=False)
         return len(packed)
@@ -87,15 +87,6 @@ class ObjectStore:
         return count, freed
 
 
-
-def refuse_link(path: Path) -> None:
-    """CheckpointError when `path` (a folder or file of the store) is a symbolic link: a repository
-    can ship one, and the store writes and deletes nothing outside its folder."""
-    if path.is_symlink():
-        raise CheckpointError(f"{path} is a symbolic link (to {os.readlink(path)}); the checkpoint store "
-                              "writes and deletes nothing outside its folder: remove the link")
-
-
 def refuse_links(store_dir: Path) -> None:
     """Before the store writes or deletes: its folder, or one in it, may have become a link since
     it opened (`store_dir` was resolved then), for example by a checkout."""
@@ -103,4 +94,4 @@ def refuse_links(store_dir: Path) -> None:
         raise CheckpointError(f"{store_dir} leads to {now} now, through a symbolic link; the checkpoint "
                               "store writes and deletes nothing outside its folder: remove the link")
     for folder in ("refs", "buffers", "objects"):
-        refuse_link(store_dir / folder)
+        refuse_link(store_dir / folder, CheckpointError)

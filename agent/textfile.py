@@ -113,21 +113,21 @@ def make_state_dir(root: Path, *parts: str) -> Path:
     state = level = Path(root) / ".composer"
     for name in ("", *parts):
         level = level / name if name else level
-        _refuse_link(level)
+        refuse_link(level)
         level.mkdir(exist_ok=True)
     if not os.path.lexists(state / ".gitignore"):
         (state / ".gitignore").write_text("*\n")
     if parts:
         for entry in os.scandir(level):
-            _refuse_link(Path(entry.path))
+            refuse_link(Path(entry.path))
     return level
 
 
-def _refuse_link(path: Path) -> None:
+def refuse_link(path: Path, error: type[Exception] = OutsideWorkspaceError) -> None:
+    """`error` when `path`, something of Composer's state, is a symbolic link (make_state_dir)."""
     if path.is_symlink():
-        raise OutsideWorkspaceError(
-            f"{path} is a symbolic link (to {os.readlink(path)}); Composer keeps its state inside the "
-            "workspace and follows no link out of it: remove the link, and Composer makes what it needs")
+        raise error(f"{path} is a symbolic link (to {os.readlink(path)}); Composer keeps its state inside "
+                    "the workspace and follows no link out of it: remove the link, and Composer makes what it needs")
 
 
 def atomic_write(target: Path, data: bytes, *, mode: int | None = None, durable: bool = True) -> None:
